@@ -1,0 +1,105 @@
+"""Assemble and run the agent from configuration (``exosuit-agent run``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+from keystoneauth1 import loading as ks_loading
+from oslo_config import cfg
+
+from exosuit.agent.cache import AgentCache, CacheTooNew
+from exosuit.agent.events import UeventWatcher
+from exosuit.agent.reporter import Reporter
+from exosuit.agent.service import Agent
+from exosuit.conf import driver_settings
+from exosuit.drivers import DriverContext, load_driver
+from exosuit.drivers.runner import RecordedRunner, SubprocessRunner
+
+LOG = logging.getLogger(__name__)
+
+__all__ = ["build_agent", "load_drivers", "make_session", "register_auth_opts", "run_agent"]
+
+GROUP = "agent"
+
+
+def register_auth_opts(conf: cfg.ConfigOpts) -> None:
+    """keystoneauth options in [agent]: any auth plugin (auth_type …), plus TLS/timeouts."""
+    ks_loading.register_session_conf_options(conf, GROUP)
+    ks_loading.register_auth_conf_options(conf, GROUP)
+
+
+def make_session(conf: cfg.ConfigOpts):
+    """A keystoneauth session: authenticated if [agent] auth_type is set, else plain."""
+    register_auth_opts(conf)
+    auth = ks_loading.load_auth_from_conf_options(conf, GROUP)
+    return ks_loading.load_session_from_conf_options(conf, GROUP, auth=auth)
+
+
+def api_endpoint(conf: cfg.ConfigOpts, session) -> str:
+    if conf.agent.api_url:
+        return conf.agent.api_url
+    if session.auth is None:
+        raise SystemExit("exosuit-agent: [agent] api_url is empty and no [agent] auth_type "
+                         "is set: without Keystone there is no catalog to find the API in")
+    url = session.get_endpoint(service_type="accelerator", interface="internal")
+    if not url:
+        raise SystemExit("exosuit-agent: no [agent] api_url and no accelerator endpoint in "
+                         "the catalog")
+    url = url.rstrip("/")
+    return url[: -len("/v2")] if url.endswith("/v2") else url
+
+
+def load_drivers(conf: cfg.ConfigOpts, hostname: str, sysfs_root: str,
+                 names: list[str] | None = None) -> list:
+    # A recorded tree's tools answer from its commands.json (as in `discover`), never
+    # this machine's tools: the agent reports what `discover` prints.
+    runner = (SubprocessRunner() if os.path.abspath(sysfs_root) == "/"
+              else RecordedRunner.from_file(os.path.join(sysfs_root, "commands.json")))
+    drivers = []
+    for name in names if names is not None else conf.agent.enabled_drivers:
+        context = DriverContext(hostname=hostname, sysfs_root=sysfs_root, runner=runner,
+                                settings=driver_settings(conf, name))
+        drivers.append(load_driver(name, context))
+    return drivers
+
+
+def build_agent(conf: cfg.ConfigOpts, session=None) -> Agent:
+    hostname = conf.host
+    session = session if session is not None else make_session(conf)
+    reporter = Reporter(session, api_endpoint(conf, session), hostname)
+    drivers = load_drivers(conf, hostname, conf.agent.sysfs_root)
+    cache = AgentCache(os.path.abspath(conf.agent.state_dir))
+    return Agent(
+        hostname, drivers, reporter, cache,
+        interval=conf.agent.report_interval,
+        jitter=conf.agent.report_jitter,
+        removal_grace=conf.agent.removal_grace,
+        max_backoff=conf.agent.max_backoff,
+    )
+
+
+def run_agent(conf: cfg.ConfigOpts) -> int:
+    try:
+        agent = build_agent(conf)
+    except CacheTooNew as error:
+        raise SystemExit(f"exosuit-agent: {error}; upgrade this agent, or move the cache "
+                         "aside to start from nothing") from None
+    LOG.info("exosuit-agent for host %s: drivers %s, reporting to %s every %d s, cache %s",
+             agent.hostname, ", ".join(d.name for d in agent.drivers), agent.reporter.url,
+             agent.interval, agent.cache.path)
+    watcher = None
+    if conf.agent.uevents:
+        watcher = UeventWatcher(lambda action, path: agent.wake())
+        watcher.start()
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop())
+    signal.signal(signal.SIGINT, lambda *_: agent.stop())
+    signal.signal(signal.SIGHUP, agent.wake)
+    try:
+        agent.run()
+    finally:
+        if watcher is not None:
+            watcher.stop()
+    LOG.info("exosuit-agent stopped")
+    return 0

@@ -1,0 +1,1 @@
+"""HTTP handlers: policy, body schema, one domain call, serialize."""

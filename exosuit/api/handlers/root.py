@@ -1,0 +1,45 @@
+"""Version documents (``/``, ``/v2``) and the health check."""
+
+from __future__ import annotations
+
+from exosuit.api import microversion, wsgi
+
+_DESCRIPTION = (
+    "Exosuit manages hardware accelerators (GPUs, FPGAs, SmartNICs, QAT, NVMe, any "
+    "PCI function). It speaks the API of OpenStack Cyborg."
+)
+
+
+def _version(req: wsgi.Request, ident: str) -> dict:
+    return {
+        "id": ident,
+        "status": "CURRENT",
+        "min_version": str(microversion.MIN_VERSION),
+        "max_version": str(microversion.MAX_VERSION),
+        "links": [{"href": f"{req.base_url}/v2/", "rel": "self"}],
+    }
+
+
+def root(req: wsgi.Request):
+    """200: the API's versions (no authentication)."""
+    version = _version(req, "v2")
+    return wsgi.json_response(
+        200,
+        {
+            "name": "OpenStack Cyborg API",
+            "description": _DESCRIPTION,
+            "versions": [version],
+            "default_version": version,
+        },
+    )
+
+
+def v2(req: wsgi.Request):
+    """200: the v2 version document (no authentication)."""
+    return wsgi.json_response(200, _version(req, "v2.0"))
+
+
+def healthz(req: wsgi.Request):
+    """200 when the database answers, 503 otherwise."""
+    req.app.db.read(lambda conn: conn.exec_driver_sql("SELECT 1").scalar())
+    return wsgi.json_response(200, {"status": "ok"})

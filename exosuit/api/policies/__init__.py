@@ -1,0 +1,51 @@
+"""oslo.policy rules: Cyborg's persona defaults (its rule names, so overrides carry over).
+
+``list_rules`` is the ``oslo.policy.policies`` hook (namespace ``exosuit``):
+``oslopolicy-sample-generator --namespace exosuit`` or ``exosuit-manage
+policy-sample`` prints the defaults, and ``[oslo_policy] policy_file`` overrides them.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from oslo_config import cfg
+from oslo_policy import opts as policy_opts
+from oslo_policy import policy
+
+from exosuit.api.policies import (
+    agent,
+    arqs,
+    attributes,
+    base,
+    deployables,
+    device_profiles,
+    devices,
+)
+
+__all__ = ["list_rules", "make_enforcer"]
+
+
+def list_rules():
+    return list(
+        itertools.chain(
+            base.list_rules(),
+            device_profiles.list_rules(),
+            arqs.list_rules(),
+            devices.list_rules(),
+            deployables.list_rules(),
+            attributes.list_rules(),
+            agent.list_rules(),
+        )
+    )
+
+
+def make_enforcer(conf: cfg.ConfigOpts) -> policy.Enforcer:
+    # New persona defaults only: Cyborg's deprecated rules (admin_or_owner…) let any
+    # project-scoped user act on any ARQ; Exosuit does not accept them
+    # (doc/compatibility.md). Scope is always enforced: system tokens get 403.
+    policy_opts.set_defaults(conf, enforce_scope=True, enforce_new_defaults=True)
+    enforcer = policy.Enforcer(conf)
+    enforcer.register_defaults(list_rules())
+    enforcer.load_rules()
+    return enforcer

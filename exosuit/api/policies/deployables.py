@@ -1,0 +1,31 @@
+"""Deployable rules."""
+
+from oslo_policy import policy
+
+from exosuit.api.policies import base
+
+PREFIX = "cyborg:deployable:%s"
+GET_ALL = PREFIX % "get_all"
+GET_ONE = PREFIX % "get_one"
+PROGRAM = PREFIX % "program"
+
+_PATH = "/v2/deployables"
+
+_rules = [
+    policy.DocumentedRuleDefault(
+        GET_ALL, base.PROJECT_MANAGER_OR_ADMIN, "List deployables.",
+        [{"path": _PATH, "method": "GET"}], scope_types=["project"],
+    ),
+    policy.DocumentedRuleDefault(
+        GET_ONE, base.PROJECT_MANAGER_OR_ADMIN, "Show a deployable.",
+        [{"path": _PATH + "/{uuid}", "method": "GET"}], scope_types=["project"],
+    ),
+    policy.DocumentedRuleDefault(
+        PROGRAM, base.ADMIN, "Program a deployable (FPGA image).",
+        [{"path": _PATH + "/{uuid}/program", "method": "PATCH"}], scope_types=["project"],
+    ),
+]
+
+
+def list_rules():
+    return _rules

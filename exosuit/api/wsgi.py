@@ -1,0 +1,194 @@
+"""Request, responses and errors of the API.
+
+Errors use Cyborg's envelope: ``{"error_message": "<JSON fault>"}``, where the
+inner JSON holds ``faultstring`` (the message), ``faultcode`` (Client/Server),
+``debuginfo`` and, an Exosuit addition, ``code``: a stable ``exosuit.*`` code
+clients can branch on. Domain exceptions are mapped to a status here, once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import uuid as uuidlib
+from typing import Any
+
+import fastjsonschema
+import jsonschema
+import webob
+from oslo_policy import policy as oslo_policy
+
+from exosuit import exceptions
+
+LOG = logging.getLogger(__name__)
+
+__all__ = [
+    "ApiError",
+    "Request",
+    "error_response",
+    "extract_json",
+    "format_time",
+    "json_response",
+]
+
+_STATUS_BY_EXCEPTION: list[tuple[type[Exception], int]] = [
+    (exceptions.NotFound, 404),
+    (exceptions.Conflict, 409),
+    (exceptions.Invalid, 400),
+    (exceptions.ServiceTokenRequired, 403),
+    (exceptions.ARQUnresolved, 423),
+    (exceptions.DatabaseUnavailable, 503),
+]
+
+
+class ApiError(Exception):
+    """An HTTP error raised by a handler: status, message and stable code."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str = "exosuit.error",
+        headers: list[tuple[str, str]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.headers = headers or []
+
+
+def from_exception(error: Exception) -> ApiError | None:
+    """The ApiError for a domain or policy exception, or None if it is unexpected."""
+    if isinstance(error, ApiError):
+        return error
+    if isinstance(error, oslo_policy.InvalidScope):
+        return ApiError(403, str(error), "exosuit.policy.scope")
+    if isinstance(error, oslo_policy.PolicyNotAuthorized):
+        return ApiError(403, str(error), "exosuit.policy.forbidden")
+    if isinstance(error, exceptions.ExosuitError):
+        for cls, status in _STATUS_BY_EXCEPTION:
+            if isinstance(error, cls):
+                headers = [("Retry-After", "2")] if status == 503 else None
+                return ApiError(status, error.message, error.code, headers)
+    return None
+
+
+class Request(webob.BaseRequest):
+    """A webob request plus what the router found: app, context, version, args."""
+
+    app: Any = None
+    context: Any = None
+    version: Any = None
+    route_args: dict[str, str] = {}
+
+    def arg(self, name: str) -> str:
+        value = self.route_args[name]
+        # UUIDs are case-insensitive (RFC 4122) and stored in lower case: without
+        # this only MariaDB's case-insensitive collation found an upper-case one.
+        return value.lower() if name == "uuid" else value
+
+    @property
+    def base_url(self) -> str:
+        # Computed once per request: every link of a list needs it.
+        url = self.environ.get("exosuit.base_url")
+        if url is None:
+            public = self.app.conf.api.public_endpoint if self.app else None
+            url = self.environ["exosuit.base_url"] = (public or self.application_url).rstrip("/")
+        return url
+
+    def link(self, resource: str, ident: str, rel: str = "self") -> dict[str, str]:
+        return {"href": f"{self.base_url}/v2/{resource}/{ident}", "rel": rel}
+
+
+def format_time(value: dt.datetime | None) -> str | None:
+    """Timestamps as Cyborg shows them: ISO 8601, seconds, UTC offset."""
+    if value is None:
+        return None
+    return value.replace(microsecond=0, tzinfo=dt.UTC).isoformat()
+
+
+def json_response(status: int, body: Any = None, headers=None) -> webob.Response:
+    if body is not None:
+        # The headers are written out: webob's property setters cost more than the rest.
+        data = json.dumps(body, separators=(",", ":")).encode()
+        return webob.Response(body=data, status=status, headerlist=[
+            *(headers or []), ("Content-Type", "application/json"),
+            ("Content-Length", str(len(data)))])
+    response = webob.Response(status=status, headerlist=list(headers or []))
+    if status in (204, 304):
+        response.headerlist = [h for h in response.headerlist if h[0] != "Content-Type"]
+    return response
+
+
+def error_response(error: ApiError) -> webob.Response:
+    fault = {
+        "faultstring": error.message,
+        "faultcode": "Server" if error.status >= 500 else "Client",
+        "debuginfo": None,
+        "code": error.code,
+    }
+    return json_response(error.status, {"error_message": json.dumps(fault)}, error.headers)
+
+
+def extract_json(req: webob.BaseRequest, schema: dict | None = None) -> Any:
+    """The request's JSON body, validated against ``schema``: 400 on failure."""
+    if req.content_length == 0 or not req.body:
+        raise ApiError(400, "Request body is required.", "exosuit.body.missing")
+    try:
+        data = json.loads(req.body)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ApiError(
+            400, f"Malformed JSON in request body: {error}", "exosuit.body.json"
+        ) from None
+    if schema is not None:
+        validate(data, schema)
+    return data
+
+
+_VALIDATORS: dict[int, tuple] = {}
+
+
+def _validators(schema: dict) -> tuple:
+    found = _VALIDATORS.get(id(schema))
+    if found is None:
+        # fastjsonschema compiles the schema to Python (25x faster on a host's
+        # snapshot); jsonschema explains a failure best. The schemas use only
+        # keywords both read alike.
+        fast = fastjsonschema.compile({k: v for k, v in schema.items() if k != "$schema"})
+        found = _VALIDATORS[id(schema)] = (fast, jsonschema.Draft202012Validator(schema))
+    return found
+
+
+def validate(data: Any, schema: dict) -> None:
+    fast, validator = _validators(schema)
+    try:
+        fast(data)
+        return
+    except fastjsonschema.JsonSchemaValueException as fast_error:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+        if error is None:  # the two disagree: trust the stricter one
+            raise ApiError(400, f"Invalid request body: {fast_error.message}",
+                           "exosuit.body.invalid") from None
+    where = "/".join(str(p) for p in error.absolute_path) or "(body)"
+    raise ApiError(
+        400,
+        f"Invalid request body at {where}: {error.message}",
+        "exosuit.body.invalid",
+    )
+
+
+def is_uuid_like(value: str) -> bool:
+    try:
+        return str(uuidlib.UUID(value)) == value.lower()
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
+def query_list(req: webob.BaseRequest, name: str) -> list[str] | None:
+    """A comma-separated query parameter as a list (None if absent)."""
+    value = req.GET.get(name)
+    if value is None:
+        return None
+    return [item.strip() for item in value.split(",") if item.strip()]

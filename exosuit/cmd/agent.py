@@ -1,0 +1,89 @@
+"""``exosuit-agent``: discovers this host's devices and reports them to the API."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from exosuit.agent.snapshot import build_snapshot
+from exosuit.cmd import add_config_argument
+from exosuit.conf import driver_settings, make_conf
+from exosuit.drivers import DriverContext, available_drivers, load_driver
+from exosuit.drivers.runner import RecordedRunner, SubprocessRunner
+
+
+def _discover(args) -> int:
+    conf = make_conf(args.config_file)
+    hostname = args.hostname or conf.host
+    root = args.sysfs_root or conf.agent.sysfs_root
+    # A recorded tree's tools answer from its commands.json, never this machine's tools.
+    runner = (SubprocessRunner() if os.path.abspath(root) == "/"
+              else RecordedRunner.from_file(os.path.join(root, "commands.json")))
+    drivers = [load_driver(name, DriverContext(hostname=hostname, sysfs_root=root, runner=runner,
+                                               settings=driver_settings(conf, name)))
+               for name in args.driver or conf.agent.enabled_drivers]
+    snapshot = build_snapshot(hostname, drivers)
+    if args.format == "json":
+        json.dump(snapshot, sys.stdout, indent=2, sort_keys=True)
+        print()
+    else:
+        for device in snapshot["devices"]:
+            for deployable in device["deployables"]:
+                attrs = {a["key"]: a["value"] for a in deployable["attributes"]}
+                print(f"{device['pci_address'] or '-':14} {device['type']:6} "
+                      f"{device['vendor']:8} {device['model']:24} {attrs.get('rc', '-'):10} "
+                      f"{deployable['num_accelerators']:3} {deployable['name']}")
+    return 0
+
+
+def _record(args) -> int:
+    from exosuit.agent.record import record
+
+    try:
+        summary = record(args.sysfs_root, args.output)
+    except (FileExistsError, FileNotFoundError) as error:
+        print(f"exosuit-agent record: {error}", file=sys.stderr)
+        return 2
+    print(f"recorded {summary.files} files and {summary.links} links into {args.output} "
+          f"({len(summary.skipped)} unreadable or binary attributes skipped)")
+    return 0
+
+
+def _run(args) -> int:
+    from exosuit.agent.main import run_agent
+    from exosuit.cmd import setup_logging
+
+    conf = make_conf(args.config_file)
+    setup_logging(conf.debug)
+    return run_agent(conf)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="exosuit-agent", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="Discover and report periodically (the agent service).")
+    add_config_argument(run)
+    run.set_defaults(func=_run)
+    discover = sub.add_parser("discover", help="Print the snapshot the agent would send.")
+    add_config_argument(discover)
+    discover.add_argument("--hostname", help="Host name (default [DEFAULT] host).")
+    discover.add_argument("--format", choices=["json", "table"], default="table")
+    discover.add_argument("--sysfs-root", help="Read sys/ under this root, e.g. a recorded "
+                          "tree (default [agent] sysfs_root).")
+    discover.add_argument("--driver", action="append", metavar="NAME",
+                          help="Run this driver (repeatable; default [agent] enabled_drivers). "
+                          f"Installed: {', '.join(available_drivers())}.")
+    discover.set_defaults(func=_discover)
+    record = sub.add_parser("record", help="Copy the parts of sysfs the drivers read into a "
+                            "fixture tree (doc/recording.md).")
+    record.add_argument("--output", required=True, help="Directory to create (must be empty).")
+    record.add_argument("--sysfs-root", default="/", help="Root to record (default /).")
+    record.set_defaults(func=_record)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""``exosuit-api``: the API under granian (default) or gunicorn: worker processes,
+threads per worker ([api] server, workers, threads).
+
+Any WSGI server can run ``exosuit.wsgi:application`` instead
+(``EXOSUIT_CONFIG_FILE`` names the configuration file there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from gunicorn.app.base import BaseApplication
+
+from exosuit.cmd import add_config_argument, setup_logging
+from exosuit.conf import make_conf
+
+
+class _Gunicorn(BaseApplication):
+    def __init__(self, conf, options: dict) -> None:
+        self.conf = conf
+        self.options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.options.items():
+            self.cfg.set(key, value)
+
+    def load(self):
+        # Each worker builds its own app (and database pool) after the fork.
+        from exosuit.api.deploy import loadapp
+
+        return loadapp(self.conf)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="exosuit-api", description=__doc__)
+    add_config_argument(parser)
+    parser.add_argument("--host", help="Address to listen on ([api] host_ip).")
+    parser.add_argument("--port", type=int, help="Port to listen on ([api] port).")
+    parser.add_argument("--workers", type=int, help="Worker processes ([api] workers).")
+    args = parser.parse_args(argv)
+    overrides = {}
+    if args.host:
+        overrides["api.host_ip"] = args.host
+    if args.port is not None:
+        overrides["api.port"] = args.port
+    if args.workers is not None:
+        overrides["api.workers"] = args.workers
+    conf = make_conf(args.config_file, **overrides)
+    setup_logging(conf.debug)
+    _check_schema(conf)
+    workers = conf.api.workers or os.cpu_count() or 1
+    print(f"exosuit-api listening on http://{conf.api.host_ip}:{conf.api.port}/v2 with "
+          f"{workers} {conf.api.server} worker(s)", flush=True)
+    if conf.api.server == "granian":
+        _run_granian(conf, args.config_file, workers)
+        return 0
+    options = {
+        "bind": f"{conf.api.host_ip}:{conf.api.port}",
+        "workers": workers,
+        "threads": conf.api.threads,
+        "worker_class": "gthread",
+        "keepalive": 30,
+        "accesslog": None,
+        "preload_app": False,
+        "proc_name": "exosuit-api",
+    }
+    _Gunicorn(conf, options).run()
+    return 0
+
+
+def _run_granian(conf, config_files: list[str], workers: int) -> None:
+    """Granian's workers import exosuit.wsgi, which reads EXOSUIT_CONFIG_FILE."""
+    from granian import Granian
+    from granian.constants import Interfaces
+
+    os.environ["EXOSUIT_CONFIG_FILE"] = os.pathsep.join(os.path.abspath(f)
+                                                        for f in config_files)
+    Granian(
+        "exosuit.wsgi:application",
+        address=conf.api.host_ip,
+        port=conf.api.port,
+        interface=Interfaces.WSGI,
+        workers=workers,
+        blocking_threads=conf.api.threads,
+        websockets=False,
+        respawn_failed_workers=True,
+        log_access=False,
+    ).serve()
+
+
+def _check_schema(conf) -> None:
+    from exosuit.api.deploy import make_database
+    from exosuit.db import migration
+
+    db = make_database(conf)
+    try:
+        current, head = migration.current_revision(db), migration.head_revision()
+    finally:
+        db.dispose()
+    if current != head:
+        raise SystemExit(
+            f"exosuit-api: the database schema is at {current or 'nothing'}, not {head}; "
+            "run `exosuit-manage db upgrade` (with the same --config-file) first."
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""exosuit-conductor: durable jobs (Placement sync, Nova events, drift repair)."""

@@ -1,0 +1,1 @@
+"""Data access: plain functions over SQLAlchemy Core, in reader/writer transactions."""

@@ -1,0 +1,235 @@
+"""The database handle: engine set-up per dialect, reader/writer transactions, retries.
+
+SQLite (the embedded default) runs in WAL mode; writers take the write lock at
+``BEGIN IMMEDIATE`` so that two writers never deadlock on a lock upgrade and a
+compare-and-set is serialized. PostgreSQL and MariaDB run at READ COMMITTED;
+compare-and-set statements (``UPDATE … WHERE state = …``) re-check their
+condition on the row they lock, and deadlocks or serialization failures are
+retried by ``Database.write``.
+
+Round trips are what a request costs on a networked database, so none is spent
+that buys nothing (see ``_setup_pool``): a pooled connection is pinged only after
+it sat idle, is not rolled back on its return after a clean commit, and readers
+on PostgreSQL/MariaDB run their SELECTs in autocommit mode, without BEGIN/COMMIT:
+at READ COMMITTED every statement reads its own snapshot anyway, in a
+transaction or not, so this changes no result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event, exc
+from sqlalchemy.engine import Connection, Engine
+
+from exosuit import exceptions
+
+LOG = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# A pooled connection unused for longer than this is pinged before it is handed out.
+PING_AFTER_IDLE = 10.0
+
+__all__ = ["Database"]
+
+# MySQL/MariaDB: 1213 deadlock, 1205 lock wait timeout. PostgreSQL: 40001, 40P01.
+_MYSQL_RETRY = {1213, 1205}
+_PG_RETRY = {"40001", "40P01"}
+
+
+def _is_retryable(error: exc.DBAPIError) -> bool:
+    orig = error.orig
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int) and args[0] in _MYSQL_RETRY:
+        return True
+    if getattr(orig, "pgcode", None) in _PG_RETRY:
+        return True
+    return "database is locked" in str(orig)
+
+
+def _is_disconnect(error: exc.DBAPIError) -> bool:
+    return bool(error.connection_invalidated)
+
+
+class Database:
+    """One engine and its transactions. Create one per process (or per app in tests)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 10,
+        max_overflow: int = 20,
+        sqlite_busy_timeout: int = 30,
+        max_retries: int = 10,
+        ping_after_idle: float = PING_AFTER_IDLE,
+    ) -> None:
+        self.url = sa.make_url(url)
+        self.dialect = self.url.get_backend_name()
+        self.max_retries = max_retries
+        kwargs: dict = {"pool_reset_on_return": None}  # see _setup_pool
+        if self.dialect == "sqlite":
+            database = self.url.database
+            if database and database != ":memory:":
+                os.makedirs(os.path.dirname(os.path.abspath(database)), exist_ok=True)
+            kwargs["connect_args"] = {
+                "check_same_thread": False,
+                "timeout": sqlite_busy_timeout,
+            }
+            kwargs["pool_size"] = pool_size
+            kwargs["max_overflow"] = max_overflow
+            kwargs["poolclass"] = sa.pool.QueuePool
+        else:
+            kwargs["pool_size"] = pool_size
+            kwargs["max_overflow"] = max_overflow
+            kwargs["pool_recycle"] = 3600
+            kwargs["isolation_level"] = "READ COMMITTED"
+            if self.dialect in ("mysql", "mariadb"):
+                kwargs["connect_args"] = {"charset": "utf8mb4"}
+        self.engine: Engine = sa.create_engine(self.url, **kwargs)
+        _setup_pool(self.engine, ping_after_idle=ping_after_idle)
+        if self.dialect == "sqlite":
+            _setup_sqlite(self.engine, sqlite_busy_timeout)
+            self._read_engine = self.engine
+        else:
+            # Readers: autocommit connections, in a pool of their own so that
+            # neither pool switches a connection's mode back and forth.
+            self._read_engine = sa.create_engine(
+                self.url, **{**kwargs, "isolation_level": "AUTOCOMMIT",
+                             "skip_autocommit_rollback": True})
+            _setup_pool(self._read_engine, ping_after_idle=ping_after_idle, autocommit=True)
+
+    @property
+    def supports_skip_locked(self) -> bool:
+        return self.dialect in ("postgresql", "mysql", "mariadb")
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator[Connection]:
+        """A read-only transaction (SQLite); autocommit SELECTs elsewhere (see above)."""
+        if self._read_engine is not self.engine:
+            with self._read_engine.connect() as conn:
+                yield conn
+            return
+        with self.engine.connect() as conn:
+            with conn.begin():
+                yield conn
+            conn.info[_CLEAN] = True
+
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[Connection]:
+        """A read-write transaction, committed on success. Not retried: see ``write``."""
+        with self.engine.connect().execution_options(exosuit_writer=True) as conn:
+            with conn.begin():
+                yield conn
+            conn.info[_CLEAN] = True
+
+    def read(self, fn: Callable[..., T], *args, **kwargs) -> T:
+        """Run ``fn(conn, *args, **kwargs)`` in a read transaction."""
+        for attempt in range(self.max_retries + 1):
+            try:
+                with self.reader() as conn:
+                    return fn(conn, *args, **kwargs)
+            except exc.DBAPIError as error:
+                self._handle(error, attempt)
+            except exc.TimeoutError as error:  # no pooled connection came free in time
+                raise exceptions.DatabaseUnavailable(reason=str(error)) from error
+        raise AssertionError("unreachable")
+
+    def write(self, fn: Callable[..., T], *args, **kwargs) -> T:
+        """Run ``fn(conn, *args, **kwargs)`` in a write transaction, retried on deadlock.
+
+        ``fn`` must be safe to run again: it sees a fresh transaction each time.
+        """
+        for attempt in range(self.max_retries + 1):
+            try:
+                with self.writer() as conn:
+                    return fn(conn, *args, **kwargs)
+            except exc.DBAPIError as error:
+                self._handle(error, attempt)
+            except exc.TimeoutError as error:  # no pooled connection came free in time
+                raise exceptions.DatabaseUnavailable(reason=str(error)) from error
+        raise AssertionError("unreachable")
+
+    def _handle(self, error: exc.DBAPIError, attempt: int) -> None:
+        if isinstance(error, exc.IntegrityError):
+            raise error
+        if (_is_retryable(error) or _is_disconnect(error)) and attempt < self.max_retries:
+            delay = min(0.5, 0.005 * (2**attempt)) * random.uniform(0.5, 1.5)
+            LOG.debug("retrying transaction after %s (attempt %d)", error.orig, attempt + 1)
+            time.sleep(delay)
+            return
+        if isinstance(error, exc.OperationalError):
+            raise exceptions.DatabaseUnavailable(reason=str(error.orig)) from error
+        raise error
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+        if self._read_engine is not self.engine:
+            self._read_engine.dispose()
+
+
+_CLEAN = "exosuit_clean"  # set in Connection.info after a commit; cleared on return
+_LAST_USED = "exosuit_last_used"
+
+
+def _setup_pool(engine: Engine, *, ping_after_idle: float, autocommit: bool = False) -> None:
+    """Ping connections that sat idle; roll back on return only what needs it.
+
+    NOTE: SQLAlchemy's pool_pre_ping pings at every checkout, and its reset on
+    return rolls back even after a commit: two round trips per transaction.
+    Under load a connection is never idle for long, so it is pinged only after
+    ``ping_after_idle`` seconds (a server restart in between costs the first
+    statement, which ``read``/``write`` retry on a fresh connection); and the
+    rollback on return is skipped when ``reader``/``writer`` just committed (or
+    when the connection is in autocommit mode, where no transaction is left open).
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_connection, record):
+        if record is not None:
+            record.info[_LAST_USED] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection, record, _proxy):
+        last_used = record.info.get(_LAST_USED)
+        if last_used is None or time.monotonic() - last_used < ping_after_idle:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as error:  # the pool replaces the connection and tries again
+            raise exc.DisconnectionError(f"idle connection failed its ping: {error}") from error
+
+    @event.listens_for(engine, "reset")
+    def _on_reset(dbapi_connection, record, reset_state):
+        clean = record is not None and record.info.pop(_CLEAN, False)
+        if clean or autocommit or reset_state.transaction_was_reset:
+            return
+        dbapi_connection.rollback()
+
+
+def _setup_sqlite(engine: Engine, busy_timeout: int) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record):
+        # Let SQLAlchemy's "begin" event issue BEGIN itself (pysqlite's own
+        # transaction handling would defer it and break BEGIN IMMEDIATE).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):
+        if conn.get_execution_options().get("exosuit_writer"):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")

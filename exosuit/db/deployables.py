@@ -1,0 +1,81 @@
+"""Deployables (what Placement sees as one resource provider each): queries."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import sqlalchemy as sa
+
+from exosuit import exceptions
+from exosuit.db import models
+from exosuit.db.pagination import Page, paginate
+
+__all__ = ["get", "list_deployables"]
+
+t = models.deployables
+attr = models.attributes
+SORT_COLUMNS = {
+    "created_at": t.c.created_at,
+    "uuid": t.c.uuid,
+    "name": t.c.name,
+}
+
+# Built once: reusing a statement object spares SQLAlchemy building it and computing
+# its cache key at every request.
+# The unpaged list (microversions 2.0-2.3, what clients call) and its attributes in one
+# round trip: one row per attribute, or one with NULLs for a deployable without any.
+_Q_ALL = (
+    sa.select(t, attr.c.key.label("attribute_key"), attr.c.value.label("attribute_value"))
+    .select_from(t.outerjoin(attr, attr.c.deployable_id == t.c.id))
+    .order_by(t.c.created_at.desc(), t.c.id.desc(), attr.c.id)
+)
+_COLUMNS = tuple(t.c.keys())  # the first columns of each _Q_ALL row
+_Q_GET = sa.select(t).where(t.c.uuid == sa.bindparam("p_uuid"))
+_Q_ATTRIBUTES = (
+    sa.select(attr.c.deployable_id, attr.c.key, attr.c.value)
+    .where(attr.c.deployable_id.in_(sa.bindparam("p_ids", expanding=True)))
+    .order_by(attr.c.id)
+)
+
+
+def _with_attributes(conn, rows) -> list[dict]:
+    result = [dict(r._mapping) for r in rows]
+    if not result:
+        return result
+    by_id: dict[int, list] = defaultdict(list)
+    for row in conn.execute(_Q_ATTRIBUTES, {"p_ids": [d["id"] for d in result]}):
+        by_id[row.deployable_id].append({row.key: row.value})
+    for deployable in result:
+        deployable["attributes"] = by_id.get(deployable["id"], [])
+    return result
+
+
+def list_deployables(conn, *, filters: dict | None = None, page: Page | None = None) -> list:
+    if not filters and page is None:
+        return _list_all(conn)
+    stmt = sa.select(t)
+    for name, value in (filters or {}).items():
+        stmt = stmt.where(t.c[name] == value)
+    stmt = paginate(conn, stmt, t, page, SORT_COLUMNS)
+    return _with_attributes(conn, conn.execute(stmt))
+
+
+def _list_all(conn) -> list[dict]:
+    result: list[dict] = []
+    current: dict = {}
+    for row in conn.execute(_Q_ALL):
+        if not result or current["id"] != row.id:
+            # zip stops at the deployable's columns, before the attribute's two.
+            current = dict(zip(_COLUMNS, row, strict=False))
+            current["attributes"] = []
+            result.append(current)
+        if row.attribute_key is not None:
+            current["attributes"].append({row.attribute_key: row.attribute_value})
+    return result
+
+
+def get(conn, uuid: str) -> dict:
+    rows = conn.execute(_Q_GET, {"p_uuid": uuid}).all()
+    if not rows:
+        raise exceptions.DeployableNotFound(uuid=uuid)
+    return _with_attributes(conn, rows)[0]

@@ -1,0 +1,123 @@
+"""Reading the kernel's sysfs under a configurable root (``/`` on a host, a recorded
+tree under ``tests/fixtures/<host>/`` in tests).
+
+Only what the kernel documents (Documentation/ABI/testing/sysfs-bus-pci …) is read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+__all__ = ["PciFunction", "Sysfs", "normalize_id"]
+
+
+def normalize_id(value: str | None) -> str | None:
+    """``0x10DE`` → ``10de``: the form Nova's device_spec and lspci use."""
+    if value is None:
+        return None
+    value = value.strip().lower()
+    return value[2:] if value.startswith("0x") else value
+
+
+@dataclasses.dataclass(frozen=True)
+class PciFunction:
+    """One PCI function, as /sys/bus/pci/devices/<address>/ describes it."""
+
+    address: str  # 0000:3b:00.0
+    path: str  # the resolved directory
+    vendor_id: str  # 10de
+    device_id: str  # 1eb8
+    class_code: str  # 030200 (base class, subclass, prog-if)
+    subsystem_vendor_id: str | None
+    subsystem_device_id: str | None
+    revision: str | None
+    driver: str | None  # the bound kernel driver, e.g. vfio-pci
+    numa_node: int | None
+    physfn: str | None  # for an SR-IOV VF: its PF's address
+    virtfns: tuple[str, ...]  # for an SR-IOV PF: its VFs' addresses, by VF index
+    sriov_totalvfs: int | None
+    sriov_numvfs: int | None
+
+    @property
+    def base_class(self) -> str:
+        return self.class_code[:2]
+
+    @property
+    def is_vf(self) -> bool:
+        return self.physfn is not None
+
+
+class Sysfs:
+    """sysfs below ``root`` (``<root>/sys/...``)."""
+
+    def __init__(self, root: str = "/") -> None:
+        self.root = os.path.abspath(root)
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.root, "sys", *parts)
+
+    def read(self, *parts: str) -> str | None:
+        """The stripped content of a sysfs attribute, or None if absent/unreadable."""
+        try:
+            with open(self.path(*parts), errors="replace") as f:
+                return f.read().strip()
+        except OSError:
+            return None
+
+    def listdir(self, *parts: str) -> list[str]:
+        try:
+            return sorted(os.listdir(self.path(*parts)))
+        except OSError:
+            return []
+
+    def link_name(self, *parts: str) -> str | None:
+        """The last component of a symlink's target (e.g. a bound driver's name)."""
+        path = self.path(*parts)
+        if not os.path.islink(path):
+            return None
+        return os.path.basename(os.readlink(path))
+
+    def pci_addresses(self) -> list[str]:
+        return self.listdir("bus", "pci", "devices")
+
+    def pci_function(self, address: str) -> PciFunction | None:
+        base = ("bus", "pci", "devices", address)
+        vendor = normalize_id(self.read(*base, "vendor"))
+        device = normalize_id(self.read(*base, "device"))
+        if vendor is None or device is None:
+            return None
+        numa = self.read(*base, "numa_node")
+        virtfns = []
+        for entry in self.listdir(*base):
+            if entry.startswith("virtfn") and entry[6:].isdigit():
+                target = self.link_name(*base, entry)
+                if target:
+                    virtfns.append((int(entry[6:]), target))
+        return PciFunction(
+            address=address,
+            path=os.path.realpath(self.path(*base)),
+            vendor_id=vendor,
+            device_id=device,
+            class_code=(normalize_id(self.read(*base, "class")) or "").rjust(6, "0"),
+            subsystem_vendor_id=normalize_id(self.read(*base, "subsystem_vendor")),
+            subsystem_device_id=normalize_id(self.read(*base, "subsystem_device")),
+            revision=normalize_id(self.read(*base, "revision")),
+            driver=self.link_name(*base, "driver"),
+            numa_node=int(numa) if numa not in (None, "", "-1") else None,
+            physfn=self.link_name(*base, "physfn"),
+            virtfns=tuple(addr for _, addr in sorted(virtfns)),
+            sriov_totalvfs=_int(self.read(*base, "sriov_totalvfs")),
+            sriov_numvfs=_int(self.read(*base, "sriov_numvfs")),
+        )
+
+    def pci_functions(self) -> list[PciFunction]:
+        found = (self.pci_function(a) for a in self.pci_addresses())
+        return [f for f in found if f is not None]
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None

@@ -1,0 +1,130 @@
+"""``exosuit serve``: the embedded default in one process.
+
+The API (cheroot, threaded), SQLite under the data directory, noauth, and
+this host's agent in-process, named ``[DEFAULT] host``: the simulated driver
+(so that every endpoint has something real to show) plus the enabled hardware
+drivers, reporting through the agent API like any agent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+
+from cheroot import wsgi as cheroot_wsgi
+from oslo_config import cfg
+
+from exosuit.agent.cache import AgentCache
+from exosuit.agent.main import load_drivers
+from exosuit.agent.reporter import Reporter
+from exosuit.agent.service import Agent
+from exosuit.agent.transport import WsgiSession
+from exosuit.api.deploy import loadapp, make_database
+from exosuit.conductor.worker import Conductor
+from exosuit.db import migration
+
+LOG = logging.getLogger(__name__)
+
+__all__ = ["LocalHost", "serve"]
+
+
+class LocalHost:
+    """The agent of this host, in-process: the simulated driver plus the enabled hardware
+    drivers (those that find nothing cost nothing), reporting straight to the app."""
+
+    def __init__(self, conf: cfg.ConfigOpts, app) -> None:
+        names = list(dict.fromkeys(["simulated", *conf.agent.enabled_drivers]))
+        drivers = load_drivers(conf, conf.host, conf.agent.sysfs_root, names)
+        self.agent = Agent(
+            conf.host,
+            drivers,
+            Reporter(WsgiSession(app), "http://exosuit.local", conf.host),
+            AgentCache(os.path.abspath(conf.agent.state_dir)),
+            interval=conf.serve.report_interval,
+            jitter=0,
+            removal_grace=conf.agent.removal_grace,
+        )
+        self._thread: threading.Thread | None = None
+
+    @property
+    def driver(self):
+        return self.agent.drivers[0]
+
+    def report(self):
+        outcome = self.agent.deliver(self.agent.snapshot())
+        if outcome is None or outcome.kind != "ok":
+            raise RuntimeError(f"inventory report failed: {outcome}")
+        return outcome
+
+    def start(self) -> None:
+        """Report once (so the API has devices when it starts listening), then loop."""
+        self.report()
+        self._thread = threading.Thread(target=self.agent.run, name="local-host", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.agent.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def serve(conf: cfg.ConfigOpts, *, host: str, port: int, ready=None) -> None:
+    """Run until SIGINT/SIGTERM. ``ready(server)`` is called once listening."""
+    db = make_database(conf)
+    migration.upgrade(db)
+    app = loadapp(conf, db)
+    simulated = LocalHost(conf, app)
+    simulated.start()
+    # One conductor worker in-process runs the jobs (Placement sync, drift repair …).
+    conductor = Conductor(conf, db, workers=1)
+    conductor.start()
+    server = cheroot_wsgi.Server((host, port), app, numthreads=max(4, conf.api.threads),
+                                 server_name="exosuit")
+    server.prepare()
+    bound_host, bound_port = server.bind_addr[:2]
+    url = f"http://{bound_host}:{bound_port}"
+    database = conf.database.connection
+    if database.startswith("sqlite:///"):
+        database = os.path.abspath(database[len("sqlite:///"):])
+    print(f"Exosuit {conf.host!r} serving Cyborg's v2 API at {url}/v2", flush=True)
+    print(f"  database: {database}", flush=True)
+    if conf.placement.auth_type:
+        print(f"  placement: {conf.placement.endpoint_override or 'from the catalog'}",
+              flush=True)
+    print(f"  simulated host {conf.host!r}: "
+          + ", ".join(f"{n} x {s}" for s, n in sorted(simulated.driver.shapes.items())),
+          flush=True)
+    print("  try: openstack --os-auth-type none --os-endpoint "
+          f"{url}/v2 accelerator device list    (Ctrl-C stops)", flush=True)
+
+    stopper: list[threading.Thread] = []
+
+    def _stop(signum, frame):
+        # NOTE: signal handlers run in the main thread, inside server.serve(), which may
+        # hold cheroot's locks: calling server.stop() there deadlocks, and raising
+        # KeyboardInterrupt there sometimes left a worker thread waiting forever. Stop
+        # from another thread, as cheroot expects; serve() then returns.
+        if not stopper:
+            stopper.append(threading.Thread(target=server.stop, name="exosuit-stop"))
+            stopper[0].start()
+
+    previous = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    if ready is not None:
+        ready(server)
+    try:
+        server.serve()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for thread in stopper:
+            thread.join()
+        simulated.stop()
+        # A job still running after this is claimed again when its lease expires.
+        conductor.stop(timeout=10)
+        server.stop()
+        db.dispose()
+        print("Exosuit stopped.", flush=True)

@@ -1,0 +1,63 @@
+"""Assembling the agent from configuration: where the API is, how it authenticates,
+which runner the drivers get."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from exosuit.agent.main import build_agent, load_drivers, make_session
+from exosuit.conf import make_conf
+from exosuit.drivers.runner import RecordedRunner, SubprocessRunner
+from tests.helpers.agent_processes import BIN
+
+GPU_HOST = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-gpu-host"
+
+
+def _conf(tmp_path, text: str):
+    path = tmp_path / "agent.conf"
+    path.write_text(text)
+    return make_conf([str(path)])
+
+
+def test_keystone_options_in_the_agent_group_and_an_empty_api_url(tmp_path):
+    conf = _conf(tmp_path, "[DEFAULT]\nhost = compute-1\n[agent]\napi_url =\n"
+                 "auth_type = password\nauth_url = https://keystone.example.com/v3\n"
+                 "username = exosuit-agent\npassword = secret\nuser_domain_name = Default\n"
+                 "project_name = service\nproject_domain_name = Default\n"
+                 "cafile = /etc/ssl/certs/ca-certificates.crt\ntimeout = 20\n")
+    assert conf.agent.api_url == ""  # the catalog's accelerator endpoint
+    session = make_session(conf)
+    assert type(session.auth).__name__ == "Password"
+    assert session.auth.auth_url == "https://keystone.example.com/v3"
+    assert session.verify == "/etc/ssl/certs/ca-certificates.crt"
+    assert session.timeout == 20
+
+
+def test_an_explicit_api_url_needs_no_keystone(tmp_path):
+    conf = _conf(tmp_path, f"[agent]\napi_url = http://api.example.com:6666\n"
+                 f"enabled_drivers = simulated\nstate_dir = {tmp_path}/state\n")
+    agent = build_agent(conf)
+    assert agent.reporter.session.auth is None
+    assert agent.reporter.url.startswith("http://api.example.com:6666/agent/v1/hosts/")
+
+
+def test_without_api_url_nor_keystone_the_agent_says_why_it_cannot_start(tmp_path):
+    config = tmp_path / "agent.conf"
+    config.write_text(f"[agent]\napi_url =\nenabled_drivers = simulated\n"
+                      f"state_dir = {tmp_path}/state\n")
+    result = subprocess.run([os.path.join(BIN, "exosuit-agent"), "run", "--config-file",
+                             str(config)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert "api_url is empty and no [agent] auth_type" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_drivers_on_a_recorded_tree_get_its_recorded_tools(tmp_path):
+    conf = make_conf([])
+    (recorded,) = load_drivers(conf, "h", str(GPU_HOST), ["nvidia_gpu"])
+    assert isinstance(recorded.runner, RecordedRunner)
+    assert recorded.runner.recordings  # tests/fixtures/nvidia-gpu-host/commands.json
+    (live,) = load_drivers(conf, "h", "/", ["nvidia_gpu"])
+    assert isinstance(live.runner, SubprocessRunner)

@@ -1,0 +1,571 @@
+"""The nvidia_gpu driver against a recorded host: sysfs tree, nvidia-smi output, NVML answers.
+
+tests/fixtures/nvidia-gpu-host holds an ASPEED BMC VGA (not NVIDIA), two Tesla T4s
+(0000:3b:00.0 plain; 0000:af:00.0 with one mdev of nvidia-223 made outside Exosuit),
+an A100 with four SR-IOV VFs and MIG enabled (0000:41:00.0, three MIG instances in
+nvml.json) and an A100 with four VFs carrying time-sliced vGPU types, one of which
+already has an mdev (0000:81:00.0).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import uuid
+
+import jsonschema
+import os_resource_classes
+import os_traits
+import pytest
+
+from exosuit import schemas
+from exosuit.agent.snapshot import build_snapshot
+from exosuit.conf import driver_settings, make_conf
+from exosuit.drivers import DriverContext, load_driver
+from exosuit.drivers.nvidia_gpu import InvalidVgpuConfig, NvidiaGpuDriver
+from exosuit.drivers.nvml import (
+    NvmlUnavailable,
+    PynvmlNvml,
+    RecordedNvml,
+    bus_id_to_address,
+    mig_profile,
+    open_pynvml,
+)
+from exosuit.drivers.runner import RecordedRunner
+
+FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures")
+HOST = os.path.join(FIXTURES, "nvidia-gpu-host")
+HOSTNAME = "nvidia-gpu-host"
+VGPU = {"0000:af:00.0": "nvidia-223", "0000:81:00.0": "nvidia-471"}
+SMI = ("nvidia-smi", "--query-gpu=pci.bus_id,vbios_version,serial,name",
+       "--format=csv,noheader")
+SMI_MIG = ("nvidia-smi", "--query-gpu=pci.bus_id,mig.mode.current,mig.mode.pending",
+           "--format=csv,noheader")
+# The documented contract for the UUIDs of mdevs not created yet (doc/drivers/nvidia_gpu.md).
+MDEV_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "mdev.exosuit.dev")
+FOREIGN_MDEV = "4b20d080-1b54-4048-85b3-a6a62d165c01"  # made outside Exosuit on 0000:af:00.0
+
+
+def recorded_runner() -> RecordedRunner:
+    return RecordedRunner.from_file(os.path.join(HOST, "commands.json"))
+
+
+def recorded_nvml() -> RecordedNvml:
+    return RecordedNvml.from_file(os.path.join(HOST, "nvml.json"))
+
+
+def driver(root: str = HOST, runner=None, nvml=None, **settings) -> NvidiaGpuDriver:
+    context = DriverContext(hostname=HOSTNAME, sysfs_root=root,
+                            runner=runner if runner is not None else recorded_runner(),
+                            settings=settings)
+    return NvidiaGpuDriver(context, nvml=nvml)
+
+
+def discover(root: str = HOST, runner=None, nvml=None, **settings) -> dict[str, dict]:
+    found = driver(root, runner, nvml, **settings).discover()
+    return {d.pci_address: d.to_snapshot() for d in found}
+
+
+def slot(parent: str, vgpu_type: str, index: int) -> str:
+    return str(uuid.uuid5(MDEV_NAMESPACE, f"{HOSTNAME}/{parent}/{vgpu_type}/{index}"))
+
+
+def pci(bus: str, function: str = "0") -> dict:
+    return {"domain": "0000", "bus": bus, "device": "00", "function": function}
+
+
+def attributes(rc: str, *traits: str, extra=()) -> list[dict]:
+    return ([{"key": "rc", "value": rc}]
+            + [{"key": f"trait{i}", "value": t} for i, t in enumerate(traits)]
+            + [{"key": k, "value": v} for k, v in extra])
+
+
+def gpu(bus, numa, model, product_id, firmware, board, deployables) -> dict:
+    return {
+        "type": "GPU",
+        "vendor": "10de",
+        "model": model,
+        "driver_name": "nvidia_gpu",
+        "controlpath_id": {"cpid_type": "PCI", "cpid_info": pci(bus)},
+        "pci_address": f"0000:{bus}:00.0",
+        "numa_node": numa,
+        "firmware_version": firmware,
+        "std_board_info": {"product_id": product_id, "controller": "3D controller"},
+        "vendor_board_info": board,
+        "deployables": deployables,
+    }
+
+
+def pgpu(bus: str, *traits: str) -> dict:
+    return {
+        "name": f"{HOSTNAME}_0000:{bus}:00.0",
+        "num_accelerators": 1,
+        "driver_name": "nvidia_gpu",
+        "attributes": attributes("PGPU", *traits),
+        "attach_handles": [{"attach_type": "PCI", "attach_info": pci(bus)}],
+    }
+
+
+def mdev(parent: str, vgpu_type: str, mark, mdev_uuid: str) -> dict:
+    domain, bus, rest = parent.split(":")
+    device, function = rest.split(".")
+    return {"attach_type": "MDEV", "attach_info": {
+        "domain": domain, "bus": bus, "device": device, "function": function,
+        "asked_type": vgpu_type, "vgpu_mark": f"{vgpu_type}_{mark}", "mdev_uuid": mdev_uuid}}
+
+
+def mig(profile: str, rc: str, handles: list[tuple[str, int]]) -> dict:
+    return {
+        "name": f"{HOSTNAME}_0000:41:00.0_mig_{profile}",
+        "num_accelerators": len(handles),
+        "driver_name": "nvidia_gpu",
+        "attributes": attributes(rc, "OWNER_CYBORG", "CUSTOM_NVIDIA_20B0",
+                                 "CUSTOM_NVIDIA_MIG_CAPABLE", extra=[("mig_profile", profile)]),
+        "attach_handles": [
+            {"attach_type": "MIG", "attach_info": {
+                **pci("41"), "mig_uuid": mig_uuid, "profile": profile,
+                "gpu_instance_id": str(gi), "compute_instance_id": "0"}}
+            for mig_uuid, gi in handles],
+    }
+
+
+T4_3B = gpu("3b", 0, "Tesla T4", "1eb8", "90.04.96.00.02",
+            {"kernel_driver": "nvidia", "serial": "1322721036527",
+             "uuid": "GPU-5c1a0f3e-7b2d-4f0e-9a51-2f0c6d7e8a11"},
+            [pgpu("3b", "OWNER_CYBORG", "CUSTOM_NVIDIA_1EB8")])
+
+A100_41 = gpu(
+    "41", 0, "NVIDIA A100-SXM4-40GB", "20b0", "92.00.45.00.06",
+    {"kernel_driver": "nvidia", "serial": "1564720004861",
+     "uuid": "GPU-8d2e4b61-3c0a-4e7f-b2d9-61a4f0c3e5d2", "mig_mode": "enabled",
+     "mig_mode_pending": "enabled", "sriov_totalvfs": "16", "sriov_numvfs": "4"},
+    [mig("1g.5gb", "CUSTOM_NVIDIA_MIG_1G_5GB",
+         [("MIG-6a7b8c9d-0e1f-5a2b-9c3d-4e5f6a7b8c9d", 9),
+          ("MIG-0b1c2d3e-4f5a-5b6c-8d7e-9f0a1b2c3d4e", 10)]),
+     mig("3g.20gb", "CUSTOM_NVIDIA_MIG_3G_20GB",
+         [("MIG-1f6b3a2c-9e4d-5b7a-8c0f-2d3e4f5a6b7c", 2)])])
+
+A100_81_BOARD = {"kernel_driver": "nvidia", "serial": "1564720011203",
+                 "uuid": "GPU-c4d5e6f7-a8b9-4c0d-9e1f-2a3b4c5d6e7f", "mig_mode": "disabled",
+                 "mig_mode_pending": "disabled", "sriov_totalvfs": "16", "sriov_numvfs": "4"}
+
+A100_81_VGPU = gpu(
+    "81", 1, "NVIDIA A100-SXM4-40GB", "20b0", "92.00.45.00.06", A100_81_BOARD,
+    [{
+        "name": f"{HOSTNAME}_0000:81:00.0",
+        # SR-IOV vGPU: one instance per VF; the mdev on VF .5 exists already.
+        "num_accelerators": 4,
+        "driver_name": "nvidia_gpu",
+        "attributes": attributes("VGPU", "OWNER_CYBORG", "CUSTOM_NVIDIA_20B0_A100_4C",
+                                 "CUSTOM_NVIDIA_MIG_CAPABLE",
+                                 extra=[("vgpu_type", "nvidia-471"),
+                                        ("vgpu_type_name", "GRID A100-4C")]),
+        "attach_handles": [
+            mdev(vf, "nvidia-471", 0, slot(vf, "nvidia-471", 0))
+            for vf in ("0000:81:00.4", "0000:81:00.5", "0000:81:00.6", "0000:81:00.7")],
+    }])
+
+T4_AF_VGPU = gpu(
+    "af", 1, "Tesla T4", "1eb8", "90.04.96.00.02",
+    {"kernel_driver": "nvidia", "serial": "1322721036998",
+     "uuid": "GPU-0e9d8c7b-6a5f-4e3d-8c2b-1a0f9e8d7c6b"},
+    [{
+        "name": f"{HOSTNAME}_0000:af:00.0",
+        # available_instances 15 + the one existing mdev.
+        "num_accelerators": 16,
+        "driver_name": "nvidia_gpu",
+        "attributes": attributes("VGPU", "OWNER_CYBORG", "CUSTOM_NVIDIA_1EB8_T4_1B",
+                                 extra=[("vgpu_type", "nvidia-223"),
+                                        ("vgpu_type_name", "GRID T4-1B")]),
+        "attach_handles": (
+            [mdev("0000:af:00.0", "nvidia-223", i, slot("0000:af:00.0", "nvidia-223", i))
+             for i in range(15)]
+            + [mdev("0000:af:00.0", "nvidia-223", FOREIGN_MDEV, FOREIGN_MDEV)]),
+    }])
+
+
+def test_recorded_host_with_vgpu_configured_gives_exactly_these_devices():
+    found = discover(nvml=recorded_nvml(), vgpu_types=VGPU)
+    assert list(found) == ["0000:3b:00.0", "0000:41:00.0", "0000:81:00.0", "0000:af:00.0"]
+    assert found["0000:3b:00.0"] == T4_3B
+    assert found["0000:41:00.0"] == A100_41
+    assert found["0000:81:00.0"] == A100_81_VGPU
+    assert found["0000:af:00.0"] == T4_AF_VGPU
+
+
+def test_generated_mdev_uuids_are_pinned():
+    # A change of the generation scheme would orphan every free vGPU handle in use.
+    handles = discover(nvml=recorded_nvml(), vgpu_types=VGPU)["0000:af:00.0"][
+        "deployables"][0]["attach_handles"]
+    assert handles[0]["attach_info"]["mdev_uuid"] == "cecf2c48-a41f-5d0a-8480-05a003c33099"
+    existing = discover(nvml=recorded_nvml(), vgpu_types=VGPU)["0000:81:00.0"][
+        "deployables"][0]["attach_handles"][1]["attach_info"]
+    # The mdev recorded on VF .5 was created from Exosuit's handle: same UUID.
+    assert existing["mdev_uuid"] == "39365e94-6198-5a03-b6be-c65392a8f286"
+    assert os.path.islink(os.path.join(HOST, "sys/bus/mdev/devices", existing["mdev_uuid"]))
+
+
+def test_without_vgpu_configuration_gpus_are_whole_or_their_mig_instances():
+    found = discover(nvml=recorded_nvml())
+    assert found["0000:3b:00.0"] == T4_3B
+    assert found["0000:41:00.0"] == A100_41
+    assert found["0000:81:00.0"]["deployables"] == [
+        pgpu("81", "OWNER_CYBORG", "CUSTOM_NVIDIA_20B0", "CUSTOM_NVIDIA_MIG_CAPABLE")]
+    assert found["0000:af:00.0"]["deployables"] == [
+        pgpu("af", "OWNER_CYBORG", "CUSTOM_NVIDIA_1EB8")]
+
+
+def test_a_gpu_configured_for_vgpu_is_not_also_offered_whole():
+    for address in VGPU:
+        deployables = discover(nvml=recorded_nvml(), vgpu_types=VGPU)[address]["deployables"]
+        assert [d["attributes"][0]["value"] for d in deployables] == ["VGPU"]
+        assert {h["attach_type"] for d in deployables for h in d["attach_handles"]} == {"MDEV"}
+
+
+def test_sriov_virtual_functions_and_other_vendors_are_not_gpus():
+    found = discover(nvml=recorded_nvml())
+    vfs = {f"0000:{bus}:00.{fn}" for bus in ("41", "81") for fn in range(4, 8)}
+    # The VFs are there, NVIDIA 3D controllers like their PFs …
+    for vf in vfs:
+        assert os.path.islink(os.path.join(HOST, "sys/bus/pci/devices", vf, "physfn"))
+    # … but only the four physical GPUs are reported (the ASPEED VGA is not NVIDIA's).
+    assert set(found) == {"0000:3b:00.0", "0000:41:00.0", "0000:81:00.0", "0000:af:00.0"}
+    handles = [h["attach_info"] for d in found.values() for dep in d["deployables"]
+               for h in dep["attach_handles"] if h["attach_type"] == "PCI"]
+    assert all(h["function"] == "0" for h in handles)
+
+
+def copy_host(tmp_path) -> str:
+    root = str(tmp_path / "host")
+    shutil.copytree(HOST, root, symlinks=True)
+    return root
+
+
+def type_dir(root: str, parent: str, vgpu_type: str) -> str:
+    return os.path.join(root, "sys/bus/pci/devices", parent, "mdev_supported_types", vgpu_type)
+
+
+def create_mdev(root: str, parent: str, vgpu_type: str, mdev_uuid: str) -> None:
+    """What the kernel shows after `echo <uuid> > .../<type>/create`."""
+    types = type_dir(root, parent, vgpu_type)
+    os.makedirs(os.path.join(types, "devices"), exist_ok=True)
+    os.makedirs(os.path.join(types, "..", "..", mdev_uuid))
+    os.symlink(os.path.join("..", "..", "..", mdev_uuid),
+               os.path.join(types, "devices", mdev_uuid))
+    with open(os.path.join(types, "available_instances")) as f:
+        available = int(f.read())
+    with open(os.path.join(types, "available_instances"), "w") as f:
+        f.write(f"{available - 1}\n")
+
+
+def vgpu_handles(root: str) -> list[dict]:
+    found = discover(root, nvml=recorded_nvml(), vgpu_types=VGPU)
+    return found["0000:af:00.0"]["deployables"][0]["attach_handles"]
+
+
+def test_an_mdev_created_from_a_handle_keeps_the_handle_identity(tmp_path):
+    root = copy_host(tmp_path)
+    before = vgpu_handles(root)
+    chosen = before[3]["attach_info"]
+    create_mdev(root, "0000:af:00.0", "nvidia-223", chosen["mdev_uuid"])
+    after = vgpu_handles(root)
+    # Same handles (the snapshot identifies a handle by its attach_info), same count.
+    assert after == before
+    with open(os.path.join(type_dir(root, "0000:af:00.0", "nvidia-223"),
+                           "available_instances")) as f:
+        assert f.read() == "14\n"
+
+
+def test_an_mdev_made_elsewhere_replaces_a_free_handle(tmp_path):
+    root = copy_host(tmp_path)
+    before = vgpu_handles(root)
+    other = "0d7c1b0e-2b8f-4a67-9f1e-7d9a5c3b2e10"
+    create_mdev(root, "0000:af:00.0", "nvidia-223", other)
+    after = vgpu_handles(root)
+    assert len(after) == len(before) == 16
+    gone = [h for h in before if h not in after]
+    new = [h for h in after if h not in before]
+    assert [h["attach_info"]["vgpu_mark"] for h in gone] == ["nvidia-223_14"]
+    assert new == [mdev("0000:af:00.0", "nvidia-223", other, other)]
+
+
+def test_without_nvidia_smi_and_nvml_gpus_are_still_found_without_firmware():
+    runner = RecordedRunner({})  # no recording: as on a host without nvidia-smi
+    found = discover(runner=runner, nvml=None)
+    assert runner.calls == [SMI, SMI_MIG]
+    assert found["0000:3b:00.0"] == gpu(
+        "3b", 0, "NVIDIA 10de:1eb8", "1eb8", None, {"kernel_driver": "nvidia"},
+        [pgpu("3b", "OWNER_CYBORG", "CUSTOM_NVIDIA_1EB8")])
+    # Unknown MIG mode: the A100s are offered whole, without the MIG trait.
+    assert found["0000:41:00.0"]["deployables"] == [
+        pgpu("41", "OWNER_CYBORG", "CUSTOM_NVIDIA_20B0")]
+    assert found["0000:41:00.0"]["vendor_board_info"] == {
+        "kernel_driver": "nvidia", "sriov_totalvfs": "16", "sriov_numvfs": "4"}
+
+
+def test_without_nvidia_smi_nvml_gives_firmware_serial_and_name():
+    found = discover(runner=RecordedRunner({}), nvml=recorded_nvml(), vgpu_types=VGPU)
+    assert found == {"0000:3b:00.0": T4_3B, "0000:41:00.0": A100_41,
+                     "0000:81:00.0": A100_81_VGPU, "0000:af:00.0": T4_AF_VGPU}
+
+
+def test_a_failing_nvidia_smi_is_the_same_as_none():
+    failing = {"returncode": 9, "stdout": "NVIDIA-SMI has failed because it couldn't "
+               "communicate with the NVIDIA driver.\n"}
+    runner = RecordedRunner({" ".join(SMI): failing, " ".join(SMI_MIG): failing})
+    found = discover(runner=runner, nvml=None)
+    assert found["0000:3b:00.0"]["firmware_version"] is None
+    assert found["0000:3b:00.0"]["model"] == "NVIDIA 10de:1eb8"
+
+
+def test_without_nvml_mig_mode_comes_from_nvidia_smi_and_no_instances_are_offered():
+    found = discover(nvml=None)
+    a100 = found["0000:41:00.0"]
+    assert a100["firmware_version"] == "92.00.45.00.06"
+    assert a100["vendor_board_info"] == {
+        "kernel_driver": "nvidia", "serial": "1564720004861", "mig_mode": "enabled",
+        "mig_mode_pending": "enabled", "sriov_totalvfs": "16", "sriov_numvfs": "4"}
+    # A partitioned GPU is never offered whole; its instances need NVML.
+    assert a100["deployables"] == []
+    assert found["0000:81:00.0"]["deployables"] == [
+        pgpu("81", "OWNER_CYBORG", "CUSTOM_NVIDIA_20B0", "CUSTOM_NVIDIA_MIG_CAPABLE")]
+    assert found["0000:3b:00.0"]["deployables"] == T4_3B["deployables"]
+
+
+def test_nvml_that_fails_to_initialise_is_the_same_as_none():
+    failing = RecordedNvml({"error": "Driver Not Loaded"})
+    with pytest.raises(NvmlUnavailable):
+        failing.gpus()
+    assert discover(nvml=failing) == discover(nvml=None)
+
+
+def test_a_recorded_host_uses_its_recorded_nvml_and_never_this_machines():
+    context = DriverContext(hostname=HOSTNAME, sysfs_root=HOST, runner=recorded_runner())
+    found = {d.pci_address: d.to_snapshot() for d in NvidiaGpuDriver(context).discover()}
+    assert found["0000:41:00.0"] == A100_41
+    context = DriverContext(hostname=HOSTNAME, sysfs_root=HOST, runner=recorded_runner(),
+                            settings={"use_nvml": False})
+    found = {d.pci_address: d.to_snapshot() for d in NvidiaGpuDriver(context).discover()}
+    assert found["0000:41:00.0"]["deployables"] == []
+
+
+def test_a_recorded_host_without_nvml_json_has_no_nvml(tmp_path):
+    root = copy_host(tmp_path)
+    os.remove(os.path.join(root, "nvml.json"))
+    context = DriverContext(hostname=HOSTNAME, sysfs_root=root, runner=recorded_runner())
+    found = {d.pci_address: d.to_snapshot() for d in NvidiaGpuDriver(context).discover()}
+    assert found == discover(nvml=None)
+
+
+@pytest.mark.skipif(os.path.exists("/dev/nvidiactl"), reason="this machine has an NVIDIA driver")
+def test_the_real_nvml_is_absent_on_a_machine_without_the_nvidia_driver():
+    assert open_pynvml() is None
+
+
+def test_a_host_without_nvidia_gpus_runs_no_tool():
+    runner = recorded_runner()
+    root = os.path.join(FIXTURES, "intel-qat-host")
+    assert driver(root, runner, None, vgpu_types={}).discover() == []
+    assert runner.calls == []
+
+
+@pytest.mark.parametrize("vgpu_types, message", [
+    ({"0000:af:00.0": "nvidia-999"},
+     "GPU 0000:af:00.0 does not support vGPU type 'nvidia-999'; it supports: "
+     "nvidia-223 (GRID T4-1B), nvidia-224 (GRID T4-2B), nvidia-230 (GRID T4-1Q), "
+     "nvidia-232 (GRID T4-4Q), nvidia-234 (GRID T4-16Q)"),
+    ({"0000:81:00.0": "nvidia-223"},
+     "GPU 0000:81:00.0 does not support vGPU type 'nvidia-223'; it supports: "
+     "nvidia-471 (GRID A100-4C), nvidia-472 (GRID A100-5C), nvidia-474 (GRID A100-10C)"),
+    ({"0000:03:00.0": "nvidia-223"}, "there is no NVIDIA GPU at 0000:03:00.0 on this host"),
+    ({"0000:5e:00.0": "nvidia-223"}, "there is no NVIDIA GPU at 0000:5e:00.0 on this host"),
+    ({"0000:81:00.5": "nvidia-471"},
+     "0000:81:00.5 is an SR-IOV virtual function; configure its GPU, 0000:81:00.0"),
+], ids=["unsupported-type", "type-of-another-gpu", "not-nvidia", "absent", "a-vf"])
+def test_misconfigured_vgpu_types_fail_discovery_clearly(vgpu_types, message):
+    with pytest.raises(InvalidVgpuConfig) as error:
+        driver(nvml=None, vgpu_types=vgpu_types).discover()
+    assert str(error.value) == f"[nvidia_gpu] vgpu_types: {message}"
+
+
+@pytest.mark.parametrize("vgpu_types, message", [
+    ({"af:00.0": "nvidia-223"}, "'af:00.0' is not a PCI address such as 0000:af:00.0"),
+    ({"0000:AF:00.0": "nvidia-223", "0000:af:00.0": "nvidia-224"},
+     "0000:af:00.0 is given more than one vGPU type"),
+    ({"0000:af:00.0": " "}, "no vGPU type for 0000:af:00.0"),
+    ("0000:af:00.0=nvidia-223,0000:af:00.0=nvidia-224", "Duplicate key 0000:af:00.0"),
+])
+def test_malformed_vgpu_types_are_refused_at_start(vgpu_types, message):
+    with pytest.raises(InvalidVgpuConfig, match=re.escape(message)):
+        driver(nvml=None, vgpu_types=vgpu_types)
+
+
+def test_a_gpu_without_mdev_types_cannot_be_a_vgpu(tmp_path):
+    root = copy_host(tmp_path)
+    shutil.rmtree(os.path.join(root, "sys/bus/pci/devices/0000:3b:00.0/mdev_supported_types"))
+    driver_link = os.path.join(root, "sys/bus/pci/devices/0000:3b:00.0/driver")
+    os.remove(driver_link)
+    os.symlink("../../../../bus/pci/drivers/vfio-pci", driver_link)
+    with pytest.raises(InvalidVgpuConfig, match=re.escape(
+            "GPU 0000:3b:00.0 offers no mediated device types (bound to vfio-pci;")):
+        driver(root, nvml=None, vgpu_types={"0000:3b:00.0": "nvidia-223"}).discover()
+
+
+def test_the_agent_reports_a_misconfiguration_as_a_driver_error():
+    bad = driver(nvml=recorded_nvml(), vgpu_types={"0000:af:00.0": "nvidia-999"})
+    snapshot = build_snapshot(HOSTNAME, [bad])
+    assert snapshot["devices"] == []
+    assert snapshot["driver_errors"] == [{
+        "driver": "nvidia_gpu",
+        "error": "InvalidVgpuConfig: [nvidia_gpu] vgpu_types: GPU 0000:af:00.0 does not "
+                 "support vGPU type 'nvidia-999'; it supports: nvidia-223 (GRID T4-1B), "
+                 "nvidia-224 (GRID T4-2B), nvidia-230 (GRID T4-1Q), nvidia-232 (GRID T4-4Q), "
+                 "nvidia-234 (GRID T4-16Q)"}]
+
+
+def test_options_come_from_the_nvidia_gpu_config_group(tmp_path):
+    config = tmp_path / "exosuit.conf"
+    config.write_text("[nvidia_gpu]\n"
+                      "vgpu_types = 0000:af:00.0=nvidia-223, 0000:81:00.0=nvidia-471\n"
+                      "nvidia_smi =\n")
+    settings = driver_settings(make_conf([str(config)]), "nvidia_gpu")
+    assert settings == {"vgpu_types": VGPU, "nvidia_smi": "", "use_nvml": True}
+    runner = recorded_runner()
+    context = DriverContext(hostname=HOSTNAME, sysfs_root=HOST, runner=runner,
+                            settings=settings)
+    loaded = load_driver("nvidia_gpu", context)
+    assert isinstance(loaded, NvidiaGpuDriver)
+    found = {d.pci_address: d.to_snapshot() for d in loaded.discover()}
+    assert runner.calls == []  # nvidia_smi empty: never run
+    assert found["0000:af:00.0"]["deployables"] == T4_AF_VGPU["deployables"]
+
+
+def test_snapshot_matches_the_schema_and_uses_valid_placement_names():
+    snapshot = build_snapshot(HOSTNAME, [driver(nvml=recorded_nvml(), vgpu_types=VGPU)])
+    jsonschema.validate(snapshot, schemas.inventory_schema())
+    assert snapshot["driver_errors"] == []
+    standard_traits = set(os_traits.get_traits())
+    for device in snapshot["devices"]:
+        for deployable in device["deployables"]:
+            for attribute in deployable["attributes"]:
+                value = attribute["value"]
+                if attribute["key"] == "rc":
+                    assert (value in os_resource_classes.STANDARDS
+                            or re.fullmatch(r"CUSTOM_[A-Z0-9_]+", value)), value
+                elif attribute["key"].startswith("trait"):
+                    assert (value in standard_traits
+                            or re.fullmatch(r"CUSTOM_[A-Z0-9_]+", value)), value
+
+
+def test_discovery_is_repeatable_and_reads_only():
+    first = driver(nvml=recorded_nvml(), vgpu_types=VGPU)
+    assert first.discover() == first.discover()
+
+
+def test_nvml_and_nvidia_smi_values_are_parsed():
+    assert bus_id_to_address("00000000:3B:00.0") == "0000:3b:00.0"
+    assert bus_id_to_address(b"00000001:AF:00.1") == "0001:af:00.1"
+    assert mig_profile("NVIDIA A100-SXM4-40GB MIG 1g.5gb") == "1g.5gb"
+    assert mig_profile("NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb") == "1c.3g.40gb"
+    assert mig_profile("A100-SXM4-40GB MIG 1g.10gb+me") == "1g.10gb+me"
+    runner = RecordedRunner({
+        " ".join(SMI): {"stdout": "garbage line\n\n"
+                                  "00000000:3B:00.0, [N/A], [N/A], Tesla T4, rev, 2\n"},
+        " ".join(SMI_MIG): {"stdout": ""},
+    })
+    found = discover(runner=runner, nvml=None)
+    # Fields after the third comma belong to the name; [N/A] is no value.
+    assert found["0000:3b:00.0"]["model"] == "Tesla T4, rev, 2"
+    assert found["0000:3b:00.0"]["firmware_version"] is None
+    assert "serial" not in found["0000:3b:00.0"]["vendor_board_info"]
+
+
+class _RecordedPynvml:
+    """Stands in for the third-party nvidia-ml-py module (absent here): it answers
+    pynvml's calls, with pynvml's types, from an NVML recording."""
+
+    NVML_ERROR_NOT_SUPPORTED = 3
+    NVML_ERROR_NOT_FOUND = 6
+    NVML_DEVICE_MIG_ENABLE = 1
+
+    class NVMLError(Exception):
+        def __init__(self, value):
+            super().__init__(value)
+            self.value = value
+
+    class _Pci:
+        def __init__(self, bus_id):
+            self.busId = bus_id.encode()  # a ctypes char array reads as bytes
+
+    class _Memory:
+        def __init__(self, total):
+            self.total = total
+
+    def __init__(self, recording):
+        self.devices = recording["devices"]
+        self.initialised = 0
+
+    def nvmlInit(self):
+        self.initialised += 1
+
+    def nvmlShutdown(self):
+        self.initialised -= 1
+
+    def nvmlDeviceGetCount(self):
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return ("gpu", index)
+
+    def _answer(self, handle, key):
+        kind, index, *mig = handle
+        raw = self.devices[index] if kind == "gpu" else self.devices[index]["mig_devices"][mig[0]]
+        if raw.get(key) is None:
+            raise self.NVMLError(self.NVML_ERROR_NOT_SUPPORTED)
+        return raw[key]
+
+    def nvmlDeviceGetPciInfo(self, handle):
+        return self._Pci(self._answer(handle, "pci_bus_id"))
+
+    def nvmlDeviceGetName(self, handle):
+        return self._answer(handle, "name")
+
+    def nvmlDeviceGetUUID(self, handle):
+        return self._answer(handle, "uuid")
+
+    def nvmlDeviceGetSerial(self, handle):
+        return self._answer(handle, "serial")
+
+    def nvmlDeviceGetVbiosVersion(self, handle):
+        return self._answer(handle, "vbios_version")
+
+    def nvmlDeviceGetMigMode(self, handle):
+        return list(self._answer(handle, "mig_mode"))
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle):
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle, index):
+        if index >= len(self.devices[handle[1]]["mig_devices"]):
+            raise self.NVMLError(self.NVML_ERROR_NOT_FOUND)
+        return ("mig", handle[1], index)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle):
+        return self._answer(handle, "gpu_instance_id")
+
+    def nvmlDeviceGetComputeInstanceId(self, handle):
+        return self._answer(handle, "compute_instance_id")
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return self._Memory(self._answer(handle, "memory_total"))
+
+
+def test_the_pynvml_implementation_reads_what_the_recording_holds():
+    recording = recorded_nvml().recording
+    library = _RecordedPynvml(recording)
+    assert PynvmlNvml(library).gpus() == RecordedNvml(recording).gpus()
+    assert library.initialised == 0  # every nvmlInit is paired with nvmlShutdown
+    a100 = RecordedNvml(recording).gpus()["0000:41:00.0"]
+    assert [(m.profile, m.gpu_instance_id, m.memory_mib) for m in a100.mig_instances] == [
+        ("3g.20gb", 2, 20224), ("1g.5gb", 9, 4864), ("1g.5gb", 10, 4864)]

@@ -1,0 +1,43 @@
+"""bench/api.py runs end to end (briefly) and cleans up after itself."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_the_api_benchmark_runs_every_scenario_on_sqlite(tmp_path):
+    out = tmp_path / "bench.json"
+    tmp = pathlib.Path(tempfile.gettempdir())
+    before = set(tmp.glob("exosuit-bench-api-*"))
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "api.py"), "--db", "sqlite", "--workers", "1",
+         "--duration", "0.5", "--warmup", "0.2", "--concurrency", "1,2",
+         "--scenarios", "version,deployables,profile,arq", "--json", str(out)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["db"] == "sqlite"
+    assert report["api_workers"] == 1
+    runs = {(r["scenario"], r["clients"]): r for r in report["results"]}
+    assert set(runs) == {(s, c) for s in ("version", "deployables", "profile", "arq")
+                         for c in (1, 2)}
+    for run in runs.values():
+        assert run["ops"] > 0
+        assert run["p50_ms"] <= run["p95_ms"]
+    # One ARQ cycle is three requests; a profile cycle two.
+    assert runs[("arq", 1)]["requests"] == 3 * runs[("arq", 1)]["ops"]
+    assert runs[("profile", 2)]["requests"] == 2 * runs[("profile", 2)]["ops"]
+    assert "GET /v2/deployables" in result.stdout
+    # The temporary folder (database, configuration, server log) is gone.
+    assert set(tmp.glob("exosuit-bench-api-*")) <= before
