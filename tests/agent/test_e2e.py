@@ -432,7 +432,12 @@ def test_kill_9_in_the_middle_of_a_report_loses_nothing(api, db, host, hostname,
 
         sent = len(relay.reports)
         agent.start()
-        wait_for(lambda: acknowledged(agent, second["hash"]), what="the change acknowledged")
+        try:
+            wait_for(lambda: acknowledged(agent, second["hash"]), timeout=30,
+                     what="the change acknowledged")
+        except AssertionError as error:
+            raise AssertionError(f"{error}; reports {relay.reports}; agent log:\n"
+                                 f"{agent.log()}") from None
         # The new process sends the whole snapshot (its cache has the old hash); if the
         # API already applied it, nothing is applied twice.
         assert relay.reports[sent] == ("full", 200, at == "request")
