@@ -16,7 +16,7 @@ import threading
 from cheroot import wsgi as cheroot_wsgi
 from oslo_config import cfg
 
-from exosuit.agent.cache import AgentCache
+from exosuit.agent.cache import AgentCache, CacheLocked
 from exosuit.agent.main import load_drivers
 from exosuit.agent.reporter import Reporter
 from exosuit.agent.service import Agent
@@ -37,11 +37,13 @@ class LocalHost:
     def __init__(self, conf: cfg.ConfigOpts, app) -> None:
         names = list(dict.fromkeys(["simulated", *conf.agent.enabled_drivers]))
         drivers = load_drivers(conf, conf.host, conf.agent.sysfs_root, names)
+        cache = AgentCache(os.path.abspath(conf.agent.state_dir))
+        cache.lock()  # CacheLocked: another exosuit serve uses this data directory
         self.agent = Agent(
             conf.host,
             drivers,
             Reporter(WsgiSession(app), "http://exosuit.local", conf.host),
-            AgentCache(os.path.abspath(conf.agent.state_dir)),
+            cache,
             interval=conf.serve.report_interval,
             jitter=0,
             removal_grace=conf.agent.removal_grace,
@@ -68,6 +70,7 @@ class LocalHost:
         self.agent.stop()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self.agent.cache.unlock()
 
 
 def serve(conf: cfg.ConfigOpts, *, host: str, port: int, ready=None) -> None:
@@ -75,7 +78,12 @@ def serve(conf: cfg.ConfigOpts, *, host: str, port: int, ready=None) -> None:
     db = make_database(conf)
     migration.upgrade(db)
     app = loadapp(conf, db)
-    simulated = LocalHost(conf, app)
+    try:
+        simulated = LocalHost(conf, app)
+    except CacheLocked as error:
+        db.dispose()
+        raise SystemExit(f"exosuit serve: {error}; stop it first, or use another "
+                         "--data-dir") from None
     simulated.start()
     # One conductor worker in-process runs the jobs (Placement sync, drift repair …).
     conductor = Conductor(conf, db, workers=1)

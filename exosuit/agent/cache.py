@@ -14,16 +14,24 @@ recomputed:
 Compatibility: a newer agent reads every older version (``_MIGRATIONS``); an
 older agent refuses a newer file instead of guessing (nothing is overwritten).
 A missing file reads as empty.
+
+One writer: the agent process takes ``lock()`` (an exclusive ``flock`` on the state
+directory itself, released by the kernel when the process dies, even by kill -9)
+before it writes, so a second agent on the same state directory refuses to start
+instead of interleaving its writes. Only the lock holder removes the temporary
+files of an interrupted write; ``load()`` only reads, so anything (a status
+command, a test) may read the cache while the agent runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import tempfile
 
-__all__ = ["CACHE_VERSION", "AgentCache", "AgentState", "CacheTooNew"]
+__all__ = ["CACHE_VERSION", "AgentCache", "AgentState", "CacheLocked", "CacheTooNew"]
 
 CACHE_VERSION = 1
 FILE_NAME = "agent-cache.json"
@@ -31,6 +39,10 @@ FILE_NAME = "agent-cache.json"
 
 class CacheTooNew(RuntimeError):
     """The cache was written by a newer agent."""
+
+
+class CacheLocked(RuntimeError):
+    """Another process holds the state directory."""
 
 
 @dataclasses.dataclass
@@ -77,9 +89,32 @@ class AgentCache:
     def __init__(self, state_dir: str) -> None:
         self.state_dir = state_dir
         self.path = os.path.join(state_dir, FILE_NAME)
+        self._lock_fd: int | None = None
+
+    def lock(self) -> None:
+        """Become the only writer of this state directory (until ``unlock`` or exit),
+        then remove what an interrupted write left behind. Raises CacheLocked."""
+        if self._lock_fd is not None:
+            return
+        os.makedirs(self.state_dir, exist_ok=True)
+        fd = os.open(self.state_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise CacheLocked(
+                f"another process (an exosuit-agent, or exosuit serve) already uses the "
+                f"state directory {self.state_dir}") from None
+        self._lock_fd = fd
+        self._remove_leftovers()
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
 
     def load(self) -> AgentState:
-        self._remove_leftovers()
+        """Read the cache; safe while the agent writes (it only ever renames)."""
         try:
             with open(self.path) as f:
                 data = json.load(f)

@@ -9,7 +9,7 @@ import signal
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
-from exosuit.agent.cache import AgentCache, CacheTooNew
+from exosuit.agent.cache import AgentCache, CacheLocked, CacheTooNew
 from exosuit.agent.events import UeventWatcher
 from exosuit.agent.reporter import Reporter
 from exosuit.agent.service import Agent
@@ -65,12 +65,15 @@ def load_drivers(conf: cfg.ConfigOpts, hostname: str, sysfs_root: str,
     return drivers
 
 
-def build_agent(conf: cfg.ConfigOpts, session=None) -> Agent:
+def build_agent(conf: cfg.ConfigOpts, session=None, lock: bool = False) -> Agent:
+    """The agent ``conf`` describes; ``lock``: take the state directory (run_agent)."""
     hostname = conf.host
     session = session if session is not None else make_session(conf)
     reporter = Reporter(session, api_endpoint(conf, session), hostname)
     drivers = load_drivers(conf, hostname, conf.agent.sysfs_root)
     cache = AgentCache(os.path.abspath(conf.agent.state_dir))
+    if lock:
+        cache.lock()
     return Agent(
         hostname, drivers, reporter, cache,
         interval=conf.agent.report_interval,
@@ -82,10 +85,13 @@ def build_agent(conf: cfg.ConfigOpts, session=None) -> Agent:
 
 def run_agent(conf: cfg.ConfigOpts) -> int:
     try:
-        agent = build_agent(conf)
+        agent = build_agent(conf, lock=True)
     except CacheTooNew as error:
         raise SystemExit(f"exosuit-agent: {error}; upgrade this agent, or move the cache "
                          "aside to start from nothing") from None
+    except CacheLocked as error:
+        raise SystemExit(f"exosuit-agent: {error}; stop it first, or give this agent "
+                         "its own [agent] state_dir") from None
     LOG.info("exosuit-agent for host %s: drivers %s, reporting to %s every %d s, cache %s",
              agent.hostname, ", ".join(d.name for d in agent.drivers), agent.reporter.url,
              agent.interval, agent.cache.path)

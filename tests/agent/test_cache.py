@@ -5,7 +5,13 @@ import os
 
 import pytest
 
-from exosuit.agent.cache import CACHE_VERSION, AgentCache, AgentState, CacheTooNew
+from exosuit.agent.cache import (
+    CACHE_VERSION,
+    AgentCache,
+    AgentState,
+    CacheLocked,
+    CacheTooNew,
+)
 
 
 def test_missing_file_reads_as_empty(tmp_path):
@@ -67,9 +73,26 @@ def test_an_older_agent_refuses_a_newer_cache(tmp_path):
         assert json.load(f)["acknowledged_hash"] == "future"  # untouched
 
 
-def test_leftovers_of_an_interrupted_write_are_removed(tmp_path):
+def test_leftovers_of_an_interrupted_write_are_removed_by_the_lock_holder(tmp_path):
     cache = AgentCache(str(tmp_path))
     cache.save(AgentState(acknowledged_hash="kept"))
     (tmp_path / ".agent-cache.abc123").write_text('{"half": ')
-    assert cache.load().acknowledged_hash == "kept"
-    assert os.listdir(tmp_path) == ["agent-cache.json"]
+    # A reader (status tool, test) leaves them: they may be the agent's write in progress.
+    assert AgentCache(str(tmp_path)).load().acknowledged_hash == "kept"
+    assert sorted(os.listdir(tmp_path)) == [".agent-cache.abc123", "agent-cache.json"]
+    cache.lock()
+    try:
+        assert os.listdir(tmp_path) == ["agent-cache.json"]
+        assert cache.load().acknowledged_hash == "kept"
+    finally:
+        cache.unlock()
+
+
+def test_one_writer_per_state_directory(tmp_path):
+    first, second = AgentCache(str(tmp_path / "state")), AgentCache(str(tmp_path / "state"))
+    first.lock()
+    with pytest.raises(CacheLocked, match="already uses the state directory"):
+        second.lock()
+    first.unlock()
+    second.lock()  # free again
+    second.unlock()

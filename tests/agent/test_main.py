@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 from exosuit.agent.main import build_agent, load_drivers, make_session
@@ -61,3 +62,33 @@ def test_drivers_on_a_recorded_tree_get_its_recorded_tools(tmp_path):
     assert recorded.runner.recordings  # tests/fixtures/nvidia-gpu-host/commands.json
     (live,) = load_drivers(conf, "h", "/", ["nvidia_gpu"])
     assert isinstance(live.runner, SubprocessRunner)
+
+
+def test_a_second_agent_on_the_same_state_directory_refuses_to_start(tmp_path):
+    """Two agents writing one cache would interleave their writes: the second says why
+    it does not start; the first keeps running; once it is gone the directory is free."""
+    config = tmp_path / "agent.conf"
+    # Port 9 (discard) on loopback: nothing listens, the agent backs off and keeps running.
+    config.write_text(f"[DEFAULT]\nhost = locked-host\n[agent]\napi_url = http://127.0.0.1:9\n"
+                      f"enabled_drivers = simulated\nstate_dir = {tmp_path}/state\n"
+                      "report_jitter = 0\n")
+    command = [os.path.join(BIN, "exosuit-agent"), "run", "--config-file", str(config)]
+    log = tmp_path / "first.log"
+    with open(log, "w") as out:
+        first = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while "retrying with exponential backoff" not in log.read_text():
+            assert first.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        second = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        assert second.returncode == 1
+        assert "already uses the state directory" in second.stderr
+        assert "Traceback" not in second.stderr
+        assert first.poll() is None
+    finally:
+        first.kill()
+        first.wait()
+    again = build_agent(make_conf([str(config)]), lock=True)  # free after kill -9
+    again.cache.unlock()

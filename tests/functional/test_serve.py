@@ -125,6 +125,17 @@ def test_data_survives_a_restart_in_the_same_data_dir(servers, tmp_path):
     assert arq_after["attach_handle_info"] == bound["attach_handle_info"]
 
 
+def test_a_second_serve_on_the_same_data_dir_refuses_to_start(servers, tmp_path):
+    first = servers(tmp_path / "data")
+    second = ExosuitServer(tmp_path / "data")
+    with pytest.raises(RuntimeError, match="did not print its address"):
+        second.start()
+    assert "already uses the state directory" in second.output, second.output
+    assert "Traceback" not in second.output
+    assert second.process.wait(10) == 1
+    assert first.get("/v2/devices").status_code == 200  # the first one is unharmed
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_stops_serve_cleanly(servers, tmp_path, signum):
     server = servers(tmp_path / "data")
