@@ -46,7 +46,8 @@ def sync_key(hostname: str) -> str:
     return f"placement-sync:{hostname}"
 
 
-def enqueue_sync(conn, hostname: str, *, verify: bool = False, delay: float = 0.0) -> None:
+def enqueue_sync(conn, hostname: str, *, verify: bool = False, delay: float = 0.0,
+                 coalesce: bool = True) -> None:
     """Have a conductor bring the host's providers in Placement up to date.
 
     ``verify`` also compares with what Placement actually holds (drift repair);
@@ -62,7 +63,7 @@ def enqueue_sync(conn, hostname: str, *, verify: bool = False, delay: float = 0.
         ).rowcount
         if upgraded:
             return
-    jobs.enqueue(conn, SYNC, payload, key=key, delay=delay)
+    jobs.enqueue(conn, SYNC, payload, key=key, delay=delay, coalesce=coalesce)
 
 
 def enqueue_sync_of_deployable(conn, deployable_id: int) -> None:
