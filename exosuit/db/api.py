@@ -132,24 +132,19 @@ class Database:
 
     def read(self, fn: Callable[..., T], *args, **kwargs) -> T:
         """Run ``fn(conn, *args, **kwargs)`` in a read transaction."""
-        for attempt in range(self.max_retries + 1):
-            try:
-                with self.reader() as conn:
-                    return fn(conn, *args, **kwargs)
-            except exc.DBAPIError as error:
-                self._handle(error, attempt)
-            except exc.TimeoutError as error:  # no pooled connection came free in time
-                raise exceptions.DatabaseUnavailable(reason=str(error)) from error
-        raise AssertionError("unreachable")
+        return self._run(self.reader, fn, args, kwargs)
 
     def write(self, fn: Callable[..., T], *args, **kwargs) -> T:
         """Run ``fn(conn, *args, **kwargs)`` in a write transaction, retried on deadlock.
 
         ``fn`` must be safe to run again: it sees a fresh transaction each time.
         """
+        return self._run(self.writer, fn, args, kwargs)
+
+    def _run(self, transaction, fn: Callable[..., T], args, kwargs) -> T:
         for attempt in range(self.max_retries + 1):
             try:
-                with self.writer() as conn:
+                with transaction() as conn:
                     return fn(conn, *args, **kwargs)
             except exc.DBAPIError as error:
                 self._handle(error, attempt)

@@ -38,6 +38,7 @@ from exosuit.db import models
 from exosuit.db.api import Database
 from tests.conductor import handlers
 from tests.conftest import new_database_url
+from tests.helpers.agent_processes import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -67,17 +68,6 @@ def make_due(db, job_id: int) -> None:
     db.write(lambda conn: conn.execute(
         sa.update(models.jobs).where(models.jobs.c.id == job_id)
         .values(run_after=models.utcnow() - dt.timedelta(seconds=1))))
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true after {timeout} s: {what}")
-        time.sleep(0.05)
 
 
 def all_succeeded(db, count: int) -> bool:

@@ -36,7 +36,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(predicate, timeout: float = 15.0, interval: float = 0.05, what: str = ""):
+def wait_for(predicate, timeout: float = 15.0, what: str = "", interval: float = 0.05):
     """Poll ``predicate`` until it returns something true; return that."""
     deadline = time.monotonic() + timeout
     while True:
