@@ -179,11 +179,15 @@ def enqueue(conn, kind: str, payload: dict, *, key: str | None = None,
         ).first()
         if pending is not None:
             return pending.id
-    result = conn.execute(sa.insert(jobs).values(
-        kind=kind, key=key, payload=json.dumps(payload, sort_keys=True), state=PENDING,
-        attempts=0, run_after=now + dt.timedelta(seconds=delay), created_at=now,
-    ))
+    result = conn.execute(_INSERT_JOB, {
+        "kind": kind, "key": key, "payload": json.dumps(payload, sort_keys=True),
+        "state": PENDING, "attempts": 0, "run_after": now + dt.timedelta(seconds=delay),
+        "created_at": now,
+    })
     return result.inserted_primary_key[0]
+
+
+_INSERT_JOB = sa.insert(jobs)  # built once: every reported change enqueues a job
 
 
 # Operators (exosuit-conductor status / retry)

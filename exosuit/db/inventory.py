@@ -38,6 +38,20 @@ _DEVICE_FIELDS = ("type", "vendor", "model", "driver_name", "pci_address", "numa
                   "firmware_version")
 
 
+# Statements of a new host's inserts, built once (building one and computing its
+# cache key cost about as much as running it).
+_INSERT = {t: sa.insert(t) for t in (dev, cpid, dep, attr, ah)}
+_INSERT_RETURNING_ID = {
+    t: sa.insert(t).returning(t.c.id, sort_by_parameter_order=True) for t in (dev, cpid, dep)}
+_HOST_DEVICES = sa.select(dev).where(dev.c.hostname == sa.bindparam("hostname"))
+_UPDATE_HOST = sa.update(hosts).where(hosts.c.id == sa.bindparam("host_id")).values(
+    {c: sa.bindparam(c) for c in ("snapshot_hash", "last_report_at", "agent_version",
+                                  "driver_errors", "updated_at")})
+_IDS_BY_UUID = {
+    t: sa.select(t.c.uuid, t.c.id).where(t.c.uuid.in_(sa.bindparam("uuids", expanding=True)))
+    for t in (dev, cpid, dep)}
+
+
 @dataclasses.dataclass
 class ApplyResult:
     changed: bool
@@ -93,7 +107,7 @@ class _Applier:
     def apply(self, devices: list[dict]) -> None:
         existing = {
             row.identity: row
-            for row in self.conn.execute(sa.select(dev).where(dev.c.hostname == self.hostname))
+            for row in self.conn.execute(_HOST_DEVICES, {"hostname": self.hostname})
         }
         seen = set()
         new = []
@@ -163,23 +177,20 @@ class _Applier:
                     "attach_info": info, "created_at": self.now,
                 })
         if attribute_rows:
-            self.conn.execute(sa.insert(attr), attribute_rows)
+            self.conn.execute(_INSERT[attr], attribute_rows)
         if handle_rows:
-            self.conn.execute(sa.insert(ah), handle_rows)
+            self.conn.execute(_INSERT[ah], handle_rows)
         self.result.created += len(new)
 
     def _insert_returning_ids(self, table: sa.Table, rows: list[dict]) -> list[int]:
         if not rows:
             return []
         if self.conn.dialect.insert_executemany_returning_sort_by_parameter_order:
-            result = self.conn.execute(
-                sa.insert(table).returning(table.c.id, sort_by_parameter_order=True), rows)
-            return [r.id for r in result]
+            return [r.id for r in self.conn.execute(_INSERT_RETURNING_ID[table], rows)]
         # Without ordered RETURNING: insert, then read the ids back by uuid.
-        self.conn.execute(sa.insert(table), rows)
+        self.conn.execute(_INSERT[table], rows)
         uuids = [r["uuid"] for r in rows]
-        found = dict(self.conn.execute(
-            sa.select(table.c.uuid, table.c.id).where(table.c.uuid.in_(uuids))).all())
+        found = dict(self.conn.execute(_IDS_BY_UUID[table], {"uuids": uuids}).all())
         return [found[u] for u in uuids]
 
     def _insert_cpid(self, device_id: int, controlpath_id: dict) -> int:
@@ -375,7 +386,7 @@ def apply_snapshot(conn, hostname: str, snapshot: dict) -> ApplyResult:
         "agent_version": snapshot.get("agent_version"),
         "driver_errors": json.dumps(snapshot.get("driver_errors") or []),
     }
-    conn.execute(sa.update(hosts).where(hosts.c.id == host.id).values(updated_at=now, **values))
+    conn.execute(_UPDATE_HOST, {"host_id": host.id, "updated_at": now, **values})
     # The host's providers in Placement follow (exosuit/placement), in this transaction.
     # A host first seen in this transaction has no pending sync to coalesce with (a
     # duplicate would only cost one more sync run).

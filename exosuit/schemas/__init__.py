@@ -18,8 +18,12 @@ def inventory_schema() -> dict:
         return json.load(f)
 
 
+# One encoder for every call: json.dumps with options builds a new one each time.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(data) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(data)
 
 
 def snapshot_hash(devices: list, driver_errors: list) -> str:
