@@ -69,7 +69,9 @@ def build_agent(conf: cfg.ConfigOpts, session=None, lock: bool = False) -> Agent
     """The agent ``conf`` describes; ``lock``: take the state directory (run_agent)."""
     hostname = conf.host
     session = session if session is not None else make_session(conf)
-    reporter = Reporter(session, api_endpoint(conf, session), hostname)
+    # [agent] timeout (keystoneauth's session option) bounds each report; 30 s unset.
+    reporter = Reporter(session, api_endpoint(conf, session), hostname,
+                        timeout=getattr(session, "timeout", None) or 30.0)
     drivers = load_drivers(conf, hostname, conf.agent.sysfs_root)
     cache = AgentCache(os.path.abspath(conf.agent.state_dir))
     if lock:

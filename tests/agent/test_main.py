@@ -42,6 +42,13 @@ def test_an_explicit_api_url_needs_no_keystone(tmp_path):
     agent = build_agent(conf)
     assert agent.reporter.session.auth is None
     assert agent.reporter.url.startswith("http://api.example.com:6666/agent/v1/hosts/")
+    assert agent.reporter.timeout == 30.0  # the default bound of one report
+
+
+def test_the_session_timeout_bounds_each_report(tmp_path):
+    conf = _conf(tmp_path, f"[agent]\napi_url = http://api.example.com:6666\n"
+                 f"enabled_drivers = simulated\nstate_dir = {tmp_path}/state\ntimeout = 7\n")
+    assert build_agent(conf).reporter.timeout == 7
 
 
 def test_without_api_url_nor_keystone_the_agent_says_why_it_cannot_start(tmp_path):
