@@ -29,13 +29,38 @@ def _discover(args) -> int:
         json.dump(snapshot, sys.stdout, indent=2, sort_keys=True)
         print()
     else:
-        for device in snapshot["devices"]:
-            for deployable in device["deployables"]:
-                attrs = {a["key"]: a["value"] for a in deployable["attributes"]}
-                print(f"{device['pci_address'] or '-':14} {device['type']:6} "
-                      f"{device['vendor']:8} {device['model']:24} {attrs.get('rc', '-'):10} "
-                      f"{deployable['num_accelerators']:3} {deployable['name']}")
-    return 0
+        _print_table(snapshot, [d.name for d in drivers], root)
+    # A failed driver is an error worth a non-zero status (its devices are missing).
+    return 1 if snapshot["driver_errors"] else 0
+
+
+_COLUMNS = ("PCI ADDRESS", "TYPE", "VENDOR", "MODEL", "DRIVER", "RC", "ACCEL", "HANDLES",
+            "DEPLOYABLE")
+
+
+def _print_table(snapshot: dict, driver_names: list[str], root: str) -> None:
+    """One line per deployable, then what was found (or why nothing was)."""
+    rows = []
+    for device in snapshot["devices"]:
+        for deployable in device["deployables"]:
+            attrs = {a["key"]: a["value"] for a in deployable["attributes"]}
+            rows.append((device["pci_address"] or "-", device["type"], device["vendor"],
+                         device["model"], device["driver_name"], attrs.get("rc", "-"),
+                         str(deployable["num_accelerators"]),
+                         str(len(deployable["attach_handles"])), deployable["name"]))
+    if rows:
+        widths = [max(len(r[i]) for r in (_COLUMNS, *rows)) for i in range(len(_COLUMNS))]
+        for row in (_COLUMNS, *rows):
+            print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        print()
+    devices = len(snapshot["devices"])
+    print(f"host {snapshot['hostname']}: {devices} device(s), {len(rows)} deployable(s) "
+          f"found by {', '.join(driver_names) or 'no driver'} under {root}")
+    if not devices and not snapshot["driver_errors"]:
+        print("no accelerator found: check [agent] enabled_drivers, the drivers' sections "
+              "(e.g. [pci] device_spec) and --sysfs-root")
+    for error in snapshot["driver_errors"]:
+        print(f"driver {error['driver']} failed: {error['error']}")
 
 
 def _record(args) -> int:

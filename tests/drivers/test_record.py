@@ -175,5 +175,32 @@ def test_discover_on_a_fixture_runs_the_named_drivers_only(capsys, tmp_path):
                  "--sysfs-root", os.path.join(FIXTURES, "sriov-nic-host"),
                  "--driver", "sriov_nic"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert len(table) == 5  # one line per deployable
-    assert table[0].split()[:2] == ["0000:3b:00.0", "NIC"]
+    assert table[0].split() == ["PCI", "ADDRESS", "TYPE", "VENDOR", "MODEL", "DRIVER", "RC",
+                                "ACCEL", "HANDLES", "DEPLOYABLE"]
+    rows = table[1:table.index("")]
+    assert len(rows) == 5  # one line per deployable
+    assert rows[0].split()[:2] == ["0000:3b:00.0", "NIC"]
+    assert {row.split()[4] for row in rows} == {"sriov_nic"}
+    assert table[-1] == (f"host compute-9: 3 device(s), 5 deployable(s) found by sriov_nic "
+                         f"under {os.path.join(FIXTURES, 'sriov-nic-host')}")
+
+
+def test_discover_says_when_nothing_is_found_and_fails_when_a_driver_fails(capsys, tmp_path):
+    empty = tmp_path / "empty"
+    (empty / "sys" / "bus" / "pci" / "devices").mkdir(parents=True)
+    (empty / "commands.json").write_text("{}")
+    assert main(["discover", "--hostname", "h", "--sysfs-root", str(empty),
+                 "--driver", "nvme"]) == 0
+    out = capsys.readouterr().out
+    assert "host h: 0 device(s), 0 deployable(s) found by nvme" in out
+    assert "no accelerator found" in out
+
+    config = tmp_path / "bad.conf"
+    config.write_text("[nvidia_gpu]\nvgpu_types = 0000:af:00.0=nvidia-999\n")
+    assert main(["discover", "--hostname", "h", "--config-file", str(config),
+                 "--sysfs-root", os.path.join(FIXTURES, "nvidia-gpu-host"),
+                 "--driver", "nvidia_gpu"]) == 1
+    out = capsys.readouterr().out
+    assert "driver nvidia_gpu failed: InvalidVgpuConfig: [nvidia_gpu] vgpu_types: GPU " \
+           "0000:af:00.0 does not support vGPU type 'nvidia-999'" in out
+    assert "no accelerator found" not in out
