@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
+import time
 
+from keystoneauth1 import exceptions as ksa_exc
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
@@ -37,13 +40,42 @@ def make_session(conf: cfg.ConfigOpts):
     return ks_loading.load_session_from_conf_options(conf, GROUP, auth=auth)
 
 
-def api_endpoint(conf: cfg.ConfigOpts, session) -> str:
+def api_endpoint(conf: cfg.ConfigOpts, session, *, max_backoff: float | None = None,
+                 sleep=time.sleep) -> str:
+    """[agent] api_url, else the ``accelerator`` endpoint of the Keystone catalog.
+
+    Keystone unreachable (or answering 5xx) at start is waited out with exponential
+    backoff and one log line, as the API is later; credentials Keystone refuses, or a
+    catalog without the service, stop the agent with the reason.
+    """
     if conf.agent.api_url:
         return conf.agent.api_url
     if session.auth is None:
         raise SystemExit("exosuit-agent: [agent] api_url is empty and no [agent] auth_type "
                          "is set: without Keystone there is no catalog to find the API in")
-    url = session.get_endpoint(service_type="accelerator", interface="internal")
+    max_backoff = conf.agent.max_backoff if max_backoff is None else max_backoff
+    attempt = 0
+    while True:
+        try:
+            url = session.get_endpoint(service_type="accelerator", interface="internal")
+            break
+        except (ksa_exc.ConnectionError, ksa_exc.RetriableConnectionFailure,
+                ksa_exc.HttpError) as error:
+            status = getattr(error, "http_status", None)
+            if status is not None and status < 500:
+                raise SystemExit(f"exosuit-agent: Keystone refused the agent's [agent] "
+                                 f"credentials: {error}") from None
+            if attempt == 0:
+                LOG.warning("Keystone unreachable while looking up the API in the catalog "
+                            "(%s); retrying with exponential backoff", error)
+            delay = min(max_backoff, 2.0 ** attempt)
+            sleep(random.uniform(delay / 2, delay))
+            attempt += 1
+        except ksa_exc.CatalogException as error:
+            raise SystemExit(f"exosuit-agent: no [agent] api_url and no accelerator "
+                             f"endpoint in the catalog ({error})") from None
+    if attempt:
+        LOG.warning("Keystone reachable again; the API is at %s", url)
     if not url:
         raise SystemExit("exosuit-agent: no [agent] api_url and no accelerator endpoint in "
                          "the catalog")

@@ -3,12 +3,15 @@ which runner the drivers get."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import time
 from pathlib import Path
 
-from exosuit.agent.main import build_agent, load_drivers, make_session
+import pytest
+
+from exosuit.agent.main import api_endpoint, build_agent, load_drivers, make_session
 from exosuit.conf import make_conf
 from exosuit.drivers.runner import RecordedRunner, SubprocessRunner
 from tests.helpers.agent_processes import BIN
@@ -99,3 +102,27 @@ def test_a_second_agent_on_the_same_state_directory_refuses_to_start(tmp_path):
         first.wait()
     again = build_agent(make_conf([str(config)]), lock=True)  # free after kill -9
     again.cache.unlock()
+
+
+def test_an_unreachable_keystone_at_start_is_waited_out_with_one_log_line(tmp_path, caplog):
+    conf = _conf(tmp_path, "[agent]\napi_url =\nauth_type = password\n"
+                 "auth_url = http://127.0.0.1:9/v3\nusername = exosuit-agent\npassword = x\n"
+                 "project_name = service\nuser_domain_name = Default\n"
+                 "project_domain_name = Default\nmax_backoff = 4\n")
+    session = make_session(conf)
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 5:
+            raise KeyboardInterrupt  # the operator gives up; the agent never did
+
+    with caplog.at_level(logging.WARNING, logger="exosuit.agent.main"), \
+            pytest.raises(KeyboardInterrupt):
+        api_endpoint(conf, session, sleep=sleep)
+    said = [r.getMessage() for r in caplog.records if r.name == "exosuit.agent.main"]
+    assert len(said) == 1 and said[0].startswith(
+        "Keystone unreachable while looking up the API in the catalog"), said
+    # Exponential with jitter, capped by [agent] max_backoff.
+    assert 0.5 <= waits[0] <= 1 and 1 <= waits[1] <= 2 and 2 <= waits[2] <= 4
+    assert all(w <= 4 for w in waits)

@@ -461,3 +461,53 @@ def test_oslopolicy_sample_generator_prints_the_defaults():
     lines = {line.lstrip("#") for line in result.stdout.splitlines()}
     for rule in list_rules():
         assert f'"{rule.name}": "{rule.check_str}"' in lines, rule.name
+
+
+# -- the agent, with Keystone credentials and no api_url -------------------------------
+
+def _agent_conf(tmp_path: pathlib.Path, keystone: Keystone, user: str, password: str):
+    path = tmp_path / f"agent-{uuid.uuid4().hex[:8]}.conf"
+    path.write_text(f"""\
+[DEFAULT]
+host = catalog-host
+[agent]
+api_url =
+enabled_drivers = simulated
+state_dir = {tmp_path}/agent-state
+auth_type = password
+auth_url = {keystone.auth_url}
+username = {user}
+password = {password}
+project_name = service
+user_domain_name = Default
+project_domain_name = Default
+""")
+    return make_conf([str(path)])
+
+
+def test_the_agent_finds_the_api_in_the_catalog_and_reports_with_its_token(exosuit,
+                                                                          tmp_path):
+    from exosuit.agent.main import build_agent
+
+    empty_database(exosuit.db)
+    agent_user = exosuit.keystone.users["exosuit"]  # the service user: role service
+    agent = build_agent(_agent_conf(tmp_path, exosuit.keystone, agent_user.name,
+                                    agent_user.password))
+    # The catalog's internal endpoint, without /v2.
+    assert agent.reporter.url == f"{exosuit.url}/agent/v1/hosts/catalog-host/inventory"
+    snapshot = agent.snapshot()
+    outcome = agent.deliver(snapshot)
+    assert outcome is not None and outcome.kind == "ok", outcome
+    r = exosuit.client().as_(PERSONAS["admin"]).get("/v2/devices?hostname=catalog-host")
+    assert r.status_code == 200, r.text
+    assert len(r.json["devices"]) == len(snapshot["devices"]) > 0
+
+
+def test_the_agent_stops_with_the_reason_when_keystone_refuses_its_password(exosuit,
+                                                                           tmp_path):
+    from exosuit.agent.main import build_agent
+
+    conf = _agent_conf(tmp_path, exosuit.keystone, "exosuit", "not-the-password")
+    with pytest.raises(SystemExit, match="Keystone refused the agent's \\[agent\\] "
+                                         "credentials"):
+        build_agent(conf)
