@@ -245,11 +245,17 @@ def _keystoneauth_opts(service_type: str) -> list:
             opt.default = service_type
         elif opt.dest == "valid_interfaces":
             opt.default = ["internal", "public"]
+    return _session_and_auth_opts() + adapter
+
+
+def _session_and_auth_opts() -> list:
+    """keystoneauth's session options (a 30 s timeout by default, not forever) and its
+    auth_type/auth_section."""
     session = ks_loading.get_session_conf_options()
     for opt in session:
         if opt.dest == "timeout":
             opt.default = 30
-    return session + ks_loading.get_auth_common_conf_options() + adapter
+    return session + ks_loading.get_auth_common_conf_options()
 
 
 service_user_opts = [
@@ -266,7 +272,8 @@ _GROUPS = {
     "api": api_opts,
     "accelerator_requests": arq_opts,
     "database": database_opts,
-    "agent": agent_opts,
+    # The agent's credentials and TLS; `timeout` bounds each inventory report.
+    "agent": agent_opts + _session_and_auth_opts(),
     "serve": serve_opts,
     "conductor": conductor_opts,
     "placement": placement_opts + _keystoneauth_opts("placement"),

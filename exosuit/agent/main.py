@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import signal
 import time
 
@@ -15,33 +14,26 @@ from oslo_config import cfg
 from exosuit.agent.cache import AgentCache, CacheLocked, CacheTooNew
 from exosuit.agent.events import UeventWatcher
 from exosuit.agent.reporter import Reporter
-from exosuit.agent.service import Agent
+from exosuit.agent.service import Agent, backoff_delay
 from exosuit.conf import driver_settings
 from exosuit.drivers import DriverContext, load_driver
 from exosuit.drivers.runner import RecordedRunner, SubprocessRunner
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["build_agent", "load_drivers", "make_session", "register_auth_opts", "run_agent"]
+__all__ = ["build_agent", "load_drivers", "make_session", "run_agent"]
 
 GROUP = "agent"
 
 
-def register_auth_opts(conf: cfg.ConfigOpts) -> None:
-    """keystoneauth options in [agent]: any auth plugin (auth_type …), plus TLS/timeouts."""
-    ks_loading.register_session_conf_options(conf, GROUP)
-    ks_loading.register_auth_conf_options(conf, GROUP)
-
-
 def make_session(conf: cfg.ConfigOpts):
-    """A keystoneauth session: authenticated if [agent] auth_type is set, else plain."""
-    register_auth_opts(conf)
+    """A keystoneauth session from [agent] (registered with the rest of the options, see
+    exosuit/conf.py): authenticated if [agent] auth_type is set, else plain."""
     auth = ks_loading.load_auth_from_conf_options(conf, GROUP)
     return ks_loading.load_session_from_conf_options(conf, GROUP, auth=auth)
 
 
-def api_endpoint(conf: cfg.ConfigOpts, session, *, max_backoff: float | None = None,
-                 sleep=time.sleep) -> str:
+def api_endpoint(conf: cfg.ConfigOpts, session, *, sleep=time.sleep) -> str:
     """[agent] api_url, else the ``accelerator`` endpoint of the Keystone catalog.
 
     Keystone unreachable (or answering 5xx) at start is waited out with exponential
@@ -53,14 +45,12 @@ def api_endpoint(conf: cfg.ConfigOpts, session, *, max_backoff: float | None = N
     if session.auth is None:
         raise SystemExit("exosuit-agent: [agent] api_url is empty and no [agent] auth_type "
                          "is set: without Keystone there is no catalog to find the API in")
-    max_backoff = conf.agent.max_backoff if max_backoff is None else max_backoff
     attempt = 0
     while True:
         try:
             url = session.get_endpoint(service_type="accelerator", interface="internal")
             break
-        except (ksa_exc.ConnectionError, ksa_exc.RetriableConnectionFailure,
-                ksa_exc.HttpError) as error:
+        except (ksa_exc.ConnectionError, ksa_exc.HttpError) as error:
             status = getattr(error, "http_status", None)
             if status is not None and status < 500:
                 raise SystemExit(f"exosuit-agent: Keystone refused the agent's [agent] "
@@ -68,8 +58,7 @@ def api_endpoint(conf: cfg.ConfigOpts, session, *, max_backoff: float | None = N
             if attempt == 0:
                 LOG.warning("Keystone unreachable while looking up the API in the catalog "
                             "(%s); retrying with exponential backoff", error)
-            delay = min(max_backoff, 2.0 ** attempt)
-            sleep(random.uniform(delay / 2, delay))
+            sleep(backoff_delay(attempt, conf.agent.max_backoff))
             attempt += 1
         except ksa_exc.CatalogException as error:
             raise SystemExit(f"exosuit-agent: no [agent] api_url and no accelerator "
@@ -101,9 +90,8 @@ def build_agent(conf: cfg.ConfigOpts, session=None, lock: bool = False) -> Agent
     """The agent ``conf`` describes; ``lock``: take the state directory (run_agent)."""
     hostname = conf.host
     session = session if session is not None else make_session(conf)
-    # [agent] timeout (keystoneauth's session option) bounds each report; 30 s unset.
     reporter = Reporter(session, api_endpoint(conf, session), hostname,
-                        timeout=getattr(session, "timeout", None) or 30.0)
+                        timeout=conf.agent.timeout)
     drivers = load_drivers(conf, hostname, conf.agent.sysfs_root)
     cache = AgentCache(os.path.abspath(conf.agent.state_dir))
     if lock:

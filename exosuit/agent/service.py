@@ -23,7 +23,7 @@ from exosuit.agent.snapshot import build_snapshot
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["Agent"]
+__all__ = ["Agent", "backoff_delay"]
 
 
 class Agent:
@@ -135,8 +135,7 @@ class Agent:
                 LOG.info("API busy (%s); next report in %.1f s", outcome.detail, delay)
             else:
                 self._set_reachable(False, outcome.detail)
-                delay = min(self.max_backoff, self.backoff_base * 2 ** attempt)
-                delay = random.uniform(delay / 2, delay)
+                delay = backoff_delay(attempt, self.max_backoff, self.backoff_base)
                 attempt += 1
             if self._wait(delay):
                 return None  # woken: a newer discovery supersedes this snapshot
@@ -171,6 +170,14 @@ class Agent:
             if self.deliver(self.snapshot()) is None:
                 continue  # woken (or stopped) while delivering: discover again now
             self._wait(self.interval)
+
+
+def backoff_delay(attempt: int, max_backoff: float, base: float = 1.0) -> float:
+    """Exponential backoff with jitter: base * 2**attempt capped at max_backoff, then a
+    random half to whole of it (a fleet that lost the API together does not return
+    together)."""
+    delay = min(max_backoff, base * 2 ** attempt)
+    return random.uniform(delay / 2, delay)
 
 
 def _iso(epoch: float) -> str:

@@ -4,26 +4,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
+from exosuit.agent.main import load_drivers
 from exosuit.agent.snapshot import build_snapshot
 from exosuit.cmd import add_config_argument
-from exosuit.conf import driver_settings, make_conf
-from exosuit.drivers import DriverContext, available_drivers, load_driver
-from exosuit.drivers.runner import RecordedRunner, SubprocessRunner
+from exosuit.conf import make_conf
+from exosuit.drivers import available_drivers
 
 
 def _discover(args) -> int:
     conf = make_conf(args.config_file)
     hostname = args.hostname or conf.host
     root = args.sysfs_root or conf.agent.sysfs_root
-    # A recorded tree's tools answer from its commands.json, never this machine's tools.
-    runner = (SubprocessRunner() if os.path.abspath(root) == "/"
-              else RecordedRunner.from_file(os.path.join(root, "commands.json")))
-    drivers = [load_driver(name, DriverContext(hostname=hostname, sysfs_root=root, runner=runner,
-                                               settings=driver_settings(conf, name)))
-               for name in args.driver or conf.agent.enabled_drivers]
+    # The agent's own assembly: on a recorded tree, tools answer from its commands.json.
+    drivers = load_drivers(conf, hostname, root, args.driver or None)
     snapshot = build_snapshot(hostname, drivers)
     if args.format == "json":
         json.dump(snapshot, sys.stdout, indent=2, sort_keys=True)

@@ -11,6 +11,7 @@ released; a device that disappears while one of its handles is held is marked
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import uuid as uuidlib
 
@@ -417,6 +418,7 @@ _LOCK_HOST = sa.select(hosts).where(hosts.c.hostname == sa.bindparam("hostname")
     .with_for_update()
 
 
+@functools.cache  # built once per dialect: in a boot storm every host is new
 def _insert_host_if_absent(dialect: str):
     values = {"hostname": sa.bindparam("hostname"), "created_at": sa.bindparam("created_at")}
     if dialect == "postgresql":
