@@ -4,8 +4,11 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
+SOURCES := exosuit tests bench
+# command:package pairs the tests need (installed by `make test` when missing).
+SYSTEM_PACKAGES := chromium:chromium zsh:zsh podman:podman
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-quick check lint bench fuzz system-packages venvs clean protos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,16 +25,50 @@ $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 run: $(VENV)/.run-installed
 	$(BIN)/exosuit serve $(ARGS)
 
-test: $(VENV)/.test-installed
-	$(BIN)/ruff check exosuit tests bench
-	$(BIN)/pytest $(PYTEST_ARGS)
+# The whole suite, as CI runs it: the static checks, then every test, with the coverage
+# floor. PYTEST_ARGS narrows a run (make test PYTEST_ARGS="-k arqs -x"): the floor is the
+# whole suite's, so a narrowed run measures no coverage.
+test: check system-packages venvs
+	$(BIN)/pytest $(if $(PYTEST_ARGS),,--cov --cov-report=term) $(PYTEST_ARGS)
+
+# The fast inner loop: the static checks and the tests that start no process.
+test-quick: check
+	$(BIN)/pytest -m "not slow" -q $(PYTEST_ARGS)
+
+check: $(VENV)/.test-installed
+	$(BIN)/ruff check $(SOURCES)
+	$(BIN)/ruff format --check $(SOURCES)
+	$(BIN)/lint-imports
+	$(BIN)/mypy
+
+# Debian packages some tests drive for real (Chromium, podman): installed when missing.
+system-packages:
+	@EXOSUIT_SYSTEM_PACKAGES="$(SYSTEM_PACKAGES)" sh .ci/system-packages
+
+# Virtualenvs of their own for the OpenStack services some tests run next to Exosuit
+# (openstack-cyborg and nova pin libraries of their own): .venv-cyborg, .venv-nova.
+# Built once (tests/helpers/venvs.py); the fixtures build one that is missing too.
+venvs: $(VENV)/.test-installed
+	$(BIN)/python -m tests.helpers.venvs
 
 lint: $(VENV)/.test-installed
-	$(BIN)/ruff check --fix exosuit tests bench
-	$(BIN)/ruff format --check exosuit tests bench || true
+	$(BIN)/ruff check --fix $(SOURCES)
+	$(BIN)/ruff format $(SOURCES)
 
 bench: $(VENV)/.test-installed
 	$(BIN)/python bench/api.py $(ARGS)
 
+# The long fuzzing campaign against a running API: make fuzz URL=http://127.0.0.1:6666
+# (10,000 requests; ARGS="--requests N --seed S"). doc/reliability.md, "Fuzzing".
+fuzz: $(VENV)/.test-installed
+	$(BIN)/python bench/fuzz.py --url $(URL) $(ARGS)
+
+# The kubelet's gRPC services (exosuit/kubelet/protos/*.proto) as Python modules, committed
+# beside them; tests/kubelet/test_protos.py checks that this gives the same files.
+PROTOS := exosuit/kubelet/protos
+protos: $(VENV)/.test-installed
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. \
+		$(PROTOS)/pluginregistration.proto $(PROTOS)/dra_v1.proto $(PROTOS)/dra_v1beta1.proto
+
 clean:
-	rm -rf $(VENV) .exosuit .pytest_cache
+	rm -rf $(VENV) .venv-cyborg .venv-nova .venv-locks .exosuit .pytest_cache

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -19,8 +21,9 @@ import sqlalchemy as sa
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 ADMIN_URLS = {
-    "postgresql": os.environ.get("EXOSUIT_BENCH_POSTGRESQL_URL",
-                                 "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"),
+    "postgresql": os.environ.get(
+        "EXOSUIT_BENCH_POSTGRESQL_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
+    ),
     "mariadb": os.environ.get("EXOSUIT_BENCH_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/"),
 }
 
@@ -58,15 +61,26 @@ def api_server(db_url: str, *, workers: int, threads: int, extra: str = ""):
         port = free_port()
         config = os.path.join(workdir, "exosuit.conf")
         with open(config, "w") as f:
-            f.write(f"[DEFAULT]\nstate_path = {workdir}\n"
-                    f"[database]\nconnection = {db_url}\nmax_pool_size = {threads + 2}\n"
-                    f"[api]\nhost_ip = 127.0.0.1\nport = {port}\nworkers = {workers}\n"
-                    f"threads = {threads}\n{extra}")
-        subprocess.run([os.path.join(BIN, "exosuit-manage"), "db", "upgrade",
-                        "--config-file", config], check=True, capture_output=True)
+            f.write(
+                f"[DEFAULT]\nstate_path = {workdir}\n"
+                f"[database]\nconnection = {db_url}\nmax_pool_size = {threads + 2}\n"
+                f"[api]\nhost_ip = 127.0.0.1\nport = {port}\nworkers = {workers}\n"
+                f"threads = {threads}\n{extra}"
+                # The benches bind what agents report: new devices ready, as before
+                # activation existed (doc/devices.md).
+                "[inventory]\nnew_device_activation = ready\n"
+            )
+        subprocess.run(
+            [os.path.join(BIN, "exosuit-manage"), "db", "upgrade", "--config-file", config],
+            check=True,
+            capture_output=True,
+        )
         log = open(os.path.join(workdir, "api.log"), "w")
-        process = subprocess.Popen([os.path.join(BIN, "exosuit-api"), "--config-file", config],
-                                   stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [os.path.join(BIN, "exosuit-api"), "--config-file", config],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 30
@@ -77,8 +91,9 @@ def api_server(db_url: str, *, workers: int, threads: int, extra: str = ""):
                 except OSError:
                     if process.poll() is not None or time.monotonic() > deadline:
                         log.flush()
-                        raise RuntimeError("exosuit-api did not start: "
-                                           + open(log.name).read()[-2000:]) from None
+                        raise RuntimeError(
+                            "exosuit-api did not start: " + open(log.name).read()[-2000:]
+                        ) from None
                     time.sleep(0.2)
             yield url, process
         finally:
@@ -87,6 +102,7 @@ def api_server(db_url: str, *, workers: int, threads: int, extra: str = ""):
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 process.kill()
+                process.wait(timeout=30)  # reaped: never left running behind
             log.close()
 
 
@@ -98,8 +114,9 @@ class Connection:
         self.host, self.port = host, port
         self.reader = self.writer = None
 
-    async def request(self, method: str, path: str, body: bytes | None = None,
-                      headers: dict | None = None) -> tuple[int, dict, bytes]:
+    async def request(
+        self, method: str, path: str, body: bytes | None = None, headers: dict | None = None
+    ) -> tuple[int, dict, bytes]:
         for attempt in range(2):
             if self.writer is None:
                 self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
@@ -152,3 +169,272 @@ def percentile(values: list[float], fraction: float) -> float:
 
 def dumps(data) -> bytes:
     return json.dumps(data, separators=(",", ":")).encode()
+
+
+# --- a PostgreSQL of its own, and a Placement that can be stopped and started again ------
+
+
+def _pg_bindir() -> str:
+    found = shutil.which("initdb")
+    if found:
+        return os.path.dirname(os.path.realpath(found))
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not candidates:
+        raise RuntimeError("initdb not found: install PostgreSQL's server package")
+    return os.path.dirname(candidates[-1])
+
+
+class PrivatePostgres:
+    """A PostgreSQL cluster of its own in ``workdir`` (``initdb``), on a free loopback
+    port, started and stopped with ``pg_ctl``; trust authentication for ``postgres``.
+
+    initdb and the server refuse to run as root: when this process is root, the
+    cluster's folder belongs to the ``postgres`` user and every command runs as that
+    user through ``runuser -u postgres --`` (``workdir`` must then be reachable by it).
+    """
+
+    def __init__(self, workdir: str, *, port: int | None = None, user: str = "postgres") -> None:
+        self.bindir = _pg_bindir()
+        self.dir = os.path.join(workdir, "postgresql")
+        self.datadir = os.path.join(self.dir, "data")
+        self.logfile = os.path.join(self.dir, "postgresql.log")
+        self.port = port or free_port()
+        self.as_user = user if os.geteuid() == 0 else None
+        self.url = f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, tool: str, *args: str, timeout: float = 120) -> None:
+        argv = [os.path.join(self.bindir, tool), *args]
+        if self.as_user:
+            argv = ["runuser", "-u", self.as_user, "--", *argv]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if done.returncode:
+            raise RuntimeError(f"{tool} {' '.join(args)} failed: {done.stdout}{done.stderr}")
+
+    def init(self) -> None:
+        os.makedirs(self.dir)
+        if self.as_user:
+            import pwd
+
+            entry = pwd.getpwnam(self.as_user)
+            os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+        self._run(
+            "initdb",
+            "-D",
+            self.datadir,
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        )
+
+    def start(self) -> None:
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} -c max_connections=300"
+        )
+        self._run(
+            "pg_ctl",
+            "-D",
+            self.datadir,
+            "-l",
+            self.logfile,
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "120",
+            "start",
+        )
+
+    def stop(self, mode: str = "fast") -> None:
+        """``mode``: ``fast`` (clients disconnected, clean shutdown) or ``immediate``
+        (every server process killed at once, recovery at the next start: a crash)."""
+        self._run("pg_ctl", "-D", self.datadir, "-m", mode, "-w", "-t", "120", "stop")
+
+    def running(self) -> bool:
+        return os.path.exists(os.path.join(self.datadir, "postmaster.pid"))
+
+    def create_database(self, name: str) -> str:
+        engine = sa.create_engine(self.url, isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql(f"CREATE DATABASE {name}")
+        finally:
+            engine.dispose()
+        return sa.make_url(self.url).set(database=name).render_as_string(hide_password=False)
+
+
+class PlacementProcess:
+    """OpenStack Placement (the openstack-placement package) served by
+    tests/placement/placement_server.py on a fixed loopback port, with its own SQLite
+    database (``placement-manage db sync``) and ``auth_strategy = noauth2`` (token
+    ``admin``); it can be stopped and started again on the same port. One request at
+    a time: concurrent writers on Placement's SQLite fail with "database is locked"."""
+
+    def __init__(self, workdir: str, *, threads: int = 1) -> None:
+        self.dir = os.path.join(workdir, "placement")
+        os.makedirs(self.dir, exist_ok=True)
+        self.threads = threads
+        # An explicit port, even the first time: cheroot sets SO_REUSEADDR only on
+        # explicit ports, and a restart must bind while old connections linger.
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.logfile = os.path.join(self.dir, "placement.log")
+        self.process: subprocess.Popen | None = None
+        self.conf = os.path.join(self.dir, "placement.conf")
+        with open(self.conf, "w") as f:
+            f.write(
+                "[DEFAULT]\ndebug = false\n[api]\nauth_strategy = noauth2\n"
+                f"[placement_database]\nconnection = sqlite:///{self.dir}/placement.sqlite\n"
+            )
+        manage = os.path.join(BIN, "placement-manage")
+        if not os.path.exists(manage):
+            manage = shutil.which("placement-manage")
+        if manage is None:
+            raise RuntimeError("openstack-placement is not installed: pip install -e '.[test]'")
+        subprocess.run(
+            [manage, "--config-file", self.conf, "db", "sync"], check=True, capture_output=True
+        )
+        import sqlite3
+
+        # WAL: Placement's readers and its writer do not block each other.
+        with sqlite3.connect(os.path.join(self.dir, "placement.sqlite")) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+
+    def start(self, timeout: float = 60) -> None:
+        runner = os.path.join(ROOT, "tests", "placement", "placement_server.py")
+        with open(self.logfile, "a") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, runner, self.dir, "--port", str(self.port)]
+                + ["--threads", str(self.threads)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(self.url + "/", timeout=2).read()
+                return
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(
+                        "Placement did not start: " + open(self.logfile).read()[-2000:]
+                    ) from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=30)
+
+
+# --- what a phase costs: CPU of the API, of the database server, of the machine ---------
+
+_TICK = os.sysconf("SC_CLK_TCK")
+_DB_PROCESSES = {"mariadb": ("mariadbd", "mysqld"), "postgresql": ("postgres",)}
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of one process (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (granian's and gunicorn's workers)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rpartition(")")[2].split()[1])
+            except OSError:
+                continue
+    found, frontier = [pid], [pid]
+    while frontier:
+        frontier = [child for child, parent in parents.items() if parent in frontier]
+        found.extend(frontier)
+    return found
+
+
+def db_server_cpu(backend: str) -> float:
+    """CPU seconds of the local database server's processes (any client's work: an upper
+    bound of the benchmark's share); 0 for SQLite (its work is the API's)."""
+    names = _DB_PROCESSES.get(backend)
+    if not names:
+        return 0.0
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                if f.read().strip() not in names:
+                    continue
+        except OSError:
+            continue
+        total += process_cpu(int(entry))
+    return total
+
+
+def machine_busy() -> float:
+    """CPU seconds the whole machine spent busy (every core, every process)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / _TICK
+
+
+class CpuMeter:
+    """CPU spent over a phase by the API's processes (``api_pid`` and its workers), the
+    database server, this process (the client) and the whole machine, with the load
+    average before and at the end: ``start()``, then ``stop(count)`` gives the figures,
+    per accepted operation in milliseconds where ``count`` is given."""
+
+    def __init__(self, api_pid: int, backend: str) -> None:
+        self.api_pid = api_pid
+        self.backend = backend
+
+    def _api(self) -> dict[int, float]:
+        return {pid: process_cpu(pid) for pid in descendants(self.api_pid)}
+
+    def start(self) -> None:
+        self.load_before = os.getloadavg()[0]
+        self.api0, self.db0 = self._api(), db_server_cpu(self.backend)
+        self.client0, self.machine0 = time.process_time(), machine_busy()
+        self.wall0 = time.monotonic()
+
+    def stop(self, count: int) -> dict:
+        wall = time.monotonic() - self.wall0
+        api1 = self._api()
+        api = sum(cpu - self.api0.get(pid, 0.0) for pid, cpu in api1.items())
+        db = db_server_cpu(self.backend) - self.db0
+        client = time.process_time() - self.client0
+        machine = machine_busy() - self.machine0
+        per = (lambda cpu: round(cpu * 1000 / count, 3)) if count else (lambda cpu: None)
+        return {
+            "seconds": round(wall, 1),
+            "accepted": count,
+            "api_cpu_ms_per_report": per(api),
+            "db_cpu_ms_per_report": per(db),
+            "client_cpu_ms_per_report": per(client),
+            "machine_cpu_ms_per_report": per(machine),
+            "api_cores": round(api / wall, 2),
+            "db_cores": round(db / wall, 2),
+            "client_cores": round(client / wall, 2),
+            "machine_cores": round(machine / wall, 2),
+            "load_before": round(self.load_before, 2),
+            "load_at_end": round(os.getloadavg()[0], 2),
+        }

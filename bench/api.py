@@ -151,8 +151,8 @@ class Connection:
                 length, close = len(buffer) - start, True
         while len(buffer) < start + length:
             self._recv()
-        body = bytes(buffer[start:start + length])
-        del buffer[:start + length]
+        body = bytes(buffer[start : start + length])
+        del buffer[: start + length]
         if close:
             self.close()
         return status, body
@@ -187,8 +187,9 @@ class Scenario:
     def _profile(self, conn: Connection) -> None:
         self.count += 1
         name = f"bench-{os.getpid()}-{self.client_id}-{self.count}"
-        status, body = conn.request("POST", "/v2/device_profiles", [
-            {"name": name, "groups": [{"resources:FPGA": "1"}]}])
+        status, body = conn.request(
+            "POST", "/v2/device_profiles", [{"name": name, "groups": [{"resources:FPGA": "1"}]}]
+        )
         _expect(status, body, 201, "POST /v2/device_profiles")
         profile_uuid = json.loads(body)["uuid"]
         status, body = conn.request("DELETE", f"/v2/device_profiles/{profile_uuid}")
@@ -199,16 +200,23 @@ class Scenario:
         # concurrent binds spread over the devices (and share them as well).
         rp_uuid = self.rp_uuids[(self.client_id + self.count) % len(self.rp_uuids)]
         self.count += 1
-        status, body = conn.request("POST", "/v2/accelerator_requests",
-                                    {"device_profile_name": ARQ_PROFILE})
+        status, body = conn.request(
+            "POST", "/v2/accelerator_requests", {"device_profile_name": ARQ_PROFILE}
+        )
         _expect(status, body, 201, "POST /v2/accelerator_requests")
         (arq,) = json.loads(body)["arqs"]
         instance = str(uuid.uuid4())
-        status, body = conn.request("PATCH", "/v2/accelerator_requests", {arq["uuid"]: [
-            {"op": "add", "path": "/hostname", "value": HOSTNAME},
-            {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
-            {"op": "add", "path": "/instance_uuid", "value": instance},
-        ]})
+        status, body = conn.request(
+            "PATCH",
+            "/v2/accelerator_requests",
+            {
+                arq["uuid"]: [
+                    {"op": "add", "path": "/hostname", "value": HOSTNAME},
+                    {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
+                    {"op": "add", "path": "/instance_uuid", "value": instance},
+                ]
+            },
+        )
         _expect(status, body, 202, "PATCH /v2/accelerator_requests (bind)")
         status, body = conn.request("DELETE", f"/v2/accelerator_requests?instance={instance}")
         _expect(status, body, 204, "DELETE /v2/accelerator_requests?instance=")
@@ -237,13 +245,15 @@ def _client(name, client_id, address, rp_uuids, warmup, duration, ready, go, res
             now = done
         cpu1 = os.times()
         conn.close()
-        results.put({
-            "client": client_id,
-            "latencies": latencies,
-            "requests": conn.requests - requests0,
-            "elapsed": now - start,
-            "cpu": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
-        })
+        results.put(
+            {
+                "client": client_id,
+                "latencies": latencies,
+                "requests": conn.requests - requests0,
+                "elapsed": now - start,
+                "cpu": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
+            }
+        )
     except BaseException as error:  # reported to the parent, which fails the run
         ready.put(client_id)
         results.put({"client": client_id, "error": f"{type(error).__name__}: {error}"})
@@ -327,8 +337,11 @@ def run_scenario(name: str, clients: int, args, address, rp_uuids, api_pid: int)
     ctx = multiprocessing.get_context("fork")
     ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [
-        ctx.Process(target=_client, args=(name, i, address, rp_uuids, args.warmup,
-                                          args.duration, ready, go, results), daemon=True)
+        ctx.Process(
+            target=_client,
+            args=(name, i, address, rp_uuids, args.warmup, args.duration, ready, go, results),
+            daemon=True,
+        )
         for i in range(clients)
     ]
     for proc in procs:
@@ -435,6 +448,8 @@ def write_config(path: str, args, url: str, port: int, workdir: str) -> None:
     if args.threads is not None:
         lines.append(f"threads = {args.threads}")
     lines += ["[database]", f"connection = {url}"]
+    # The bench binds what its agents report: new devices ready, as before activation.
+    lines += ["[inventory]", "new_device_activation = ready"]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -451,7 +466,10 @@ class Server:
         else:
             argv = [os.path.join(BIN, "exosuit-api"), "--config-file", config]
         self.proc = subprocess.Popen(
-            argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            argv,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             env={**os.environ, "EXOSUIT_CONFIG_FILE": config},
         )
 
@@ -459,8 +477,9 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise BenchError(f"exosuit-api exited with {self.proc.returncode}:\n"
-                                 + self.log_tail())
+                raise BenchError(
+                    f"exosuit-api exited with {self.proc.returncode}:\n" + self.log_tail()
+                )
             try:
                 conn = Connection("127.0.0.1", self.port)
                 status, _ = conn.request("GET", "/healthz")
@@ -498,19 +517,27 @@ def seed(address) -> list[str]:
     """One host with DEPLOYABLES fake FPGAs; returns the deployables' RP UUIDs."""
     conn = Connection(*address)
     devices = [fpga(f"0000:{0x10 + i:02x}:00.0", handles=HANDLES) for i in range(DEPLOYABLES)]
-    status, body = conn.request("PUT", f"/agent/v1/hosts/{HOSTNAME}/inventory",
-                                snapshot(HOSTNAME, devices))
+    status, body = conn.request(
+        "PUT", f"/agent/v1/hosts/{HOSTNAME}/inventory", snapshot(HOSTNAME, devices)
+    )
     _expect(status, body, 200, "PUT inventory")
     status, body = conn.request("GET", "/v2/deployables")
     _expect(status, body, 200, "GET /v2/deployables")
     deployables = json.loads(body)["deployables"]
     if len(deployables) != DEPLOYABLES:
-        raise BenchError(f"GET /v2/deployables returned {len(deployables)} items, "
-                         f"not {DEPLOYABLES}")
-    status, body = conn.request("POST", "/v2/device_profiles", [{
-        "name": ARQ_PROFILE,
-        "groups": [{"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"}],
-    }])
+        raise BenchError(
+            f"GET /v2/deployables returned {len(deployables)} items, not {DEPLOYABLES}"
+        )
+    status, body = conn.request(
+        "POST",
+        "/v2/device_profiles",
+        [
+            {
+                "name": ARQ_PROFILE,
+                "groups": [{"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"}],
+            }
+        ],
+    )
     _expect(status, body, 201, "POST /v2/device_profiles")
     conn.close()
     return [d["rp_uuid"] for d in deployables]
@@ -531,20 +558,44 @@ def check_clean(address) -> None:
 
 
 def format_table(results: list[dict]) -> str:
-    header = ("scenario", "clients", "ops", "ops/s", "req/s", "p50 ms", "p95 ms",
-              "client CPU", "API CPU", "DB CPU", "machine CPU", "API CPU ms/op")
+    header = (
+        "scenario",
+        "clients",
+        "ops",
+        "ops/s",
+        "req/s",
+        "p50 ms",
+        "p95 ms",
+        "client CPU",
+        "API CPU",
+        "DB CPU",
+        "machine CPU",
+        "API CPU ms/op",
+    )
     rows = [header]
     for r in results:
-        rows.append((r["description"], str(r["clients"]), str(r["ops"]), f"{r['ops_per_s']:.1f}",
-                     f"{r['requests_per_s']:.1f}", f"{r['p50_ms']:.2f}", f"{r['p95_ms']:.2f}",
-                     f"{r['client_cpu']:.2f}", f"{r['api_cpu']:.2f}", f"{r['db_server_cpu']:.2f}",
-                     f"{r['machine_cpu']:.2f}",
-                     f"{r['api_cpu_ms_per_op']:.2f}"))
+        rows.append(
+            (
+                r["description"],
+                str(r["clients"]),
+                str(r["ops"]),
+                f"{r['ops_per_s']:.1f}",
+                f"{r['requests_per_s']:.1f}",
+                f"{r['p50_ms']:.2f}",
+                f"{r['p95_ms']:.2f}",
+                f"{r['client_cpu']:.2f}",
+                f"{r['api_cpu']:.2f}",
+                f"{r['db_server_cpu']:.2f}",
+                f"{r['machine_cpu']:.2f}",
+                f"{r['api_cpu_ms_per_op']:.2f}",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = []
     for n, row in enumerate(rows):
-        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:],
-                                                                          strict=True)]
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+        ]
         lines.append("  ".join(cells))
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
@@ -559,42 +610,76 @@ def _default_threads() -> int:
 
 def _git_commit() -> str | None:
     try:
-        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="bench/api.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--db", choices=("sqlite", "postgresql", "mariadb"), default="sqlite",
-                        help="Database backend (default sqlite).")
-    parser.add_argument("--mysql-driver", choices=("pymysql", "mysqldb"), default="pymysql",
-                        help="MariaDB driver: PyMySQL (pure Python, the default) or mysqlclient "
-                        "(C; pip install -e '.[mysqlclient]').")
-    parser.add_argument("--workers", type=int,
-                        help="API worker processes ([api] workers; default one per CPU).")
-    parser.add_argument("--threads", type=int,
-                        help="Threads per API worker ([api] threads; default Exosuit's).")
-    parser.add_argument("--duration", type=float, default=10.0,
-                        help="Measured seconds per scenario and concurrency (default 10).")
-    parser.add_argument("--warmup", type=float, default=1.0,
-                        help="Unmeasured seconds each client runs first (default 1).")
-    parser.add_argument("--concurrency", default="1,8",
-                        help="Comma-separated client counts; 1 is sequential (default 1,8).")
-    parser.add_argument("--scenarios", default="deployables,profile,arq",
-                        help=f"Comma-separated subset of {', '.join(SCENARIOS)} (default "
-                        "deployables,profile,arq; 'version' measures the server and "
-                        "framework alone).")
-    parser.add_argument("--json", metavar="PATH",
-                        help="Also write the results as JSON to PATH ('-' for stdout).")
+    parser = argparse.ArgumentParser(
+        prog="bench/api.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--db",
+        choices=("sqlite", "postgresql", "mariadb"),
+        default="sqlite",
+        help="Database backend (default sqlite).",
+    )
+    parser.add_argument(
+        "--mysql-driver",
+        choices=("pymysql", "mysqldb"),
+        default="pymysql",
+        help="MariaDB driver: PyMySQL (pure Python, the default) or mysqlclient "
+        "(C; pip install -e '.[mysqlclient]').",
+    )
+    parser.add_argument(
+        "--workers", type=int, help="API worker processes ([api] workers; default one per CPU)."
+    )
+    parser.add_argument(
+        "--threads", type=int, help="Threads per API worker ([api] threads; default Exosuit's)."
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=10.0,
+        help="Measured seconds per scenario and concurrency (default 10).",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=1.0,
+        help="Unmeasured seconds each client runs first (default 1).",
+    )
+    parser.add_argument(
+        "--concurrency",
+        default="1,8",
+        help="Comma-separated client counts; 1 is sequential (default 1,8).",
+    )
+    parser.add_argument(
+        "--scenarios",
+        default="deployables,profile,arq",
+        help=f"Comma-separated subset of {', '.join(SCENARIOS)} (default "
+        "deployables,profile,arq; 'version' measures the server and "
+        "framework alone).",
+    )
+    parser.add_argument(
+        "--json", metavar="PATH", help="Also write the results as JSON to PATH ('-' for stdout)."
+    )
     parser.add_argument("--keep-log", metavar="PATH", help="Copy the server log to PATH.")
     parser.add_argument(
-        "--server-command", metavar="CMD",
+        "--server-command",
+        metavar="CMD",
         help="Run CMD instead of exosuit-api, to compare servers or settings; {config}, "
         "{port} and {bin} are replaced, and EXOSUIT_CONFIG_FILE names the configuration "
-        "(e.g. '{bin}/gunicorn -k sync -w 8 -b 127.0.0.1:{port} exosuit.wsgi:application').")
+        "(e.g. '{bin}/gunicorn -k sync -w 8 -b 127.0.0.1:{port} exosuit.wsgi:application').",
+    )
     args = parser.parse_args(argv)
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
     args.scenarios = [s for s in args.scenarios.split(",") if s]
@@ -615,26 +700,36 @@ def main(argv=None) -> int:
         port = _free_port()
         config = os.path.join(workdir, "exosuit.conf")
         write_config(config, args, database.url, port, workdir)
-        upgrade = subprocess.run([os.path.join(BIN, "exosuit-manage"), "db", "upgrade",
-                                  "--config-file", config], capture_output=True, text=True)
+        upgrade = subprocess.run(
+            [os.path.join(BIN, "exosuit-manage"), "db", "upgrade", "--config-file", config],
+            capture_output=True,
+            text=True,
+        )
         if upgrade.returncode:
             raise BenchError("exosuit-manage db upgrade failed:\n" + upgrade.stderr[-3000:])
-        server = Server(config, port, os.path.join(workdir, "exosuit-api.log"),
-                        args.server_command)
+        server = Server(config, port, os.path.join(workdir, "exosuit-api.log"), args.server_command)
         server.wait_ready()
         address = ("127.0.0.1", port)
         rp_uuids = seed(address)
         workers = server.workers()
         threads = args.threads or _default_threads()
-        print(f"exosuit-api on {args.db}: {workers} worker(s), "
-              f"{threads} thread(s) each; {args.duration:g} s per run; "
-              f"load average {load_before[0]:.2f} at start", file=sys.stderr, flush=True)
+        print(
+            f"exosuit-api on {args.db}: {workers} worker(s), "
+            f"{threads} thread(s) each; {args.duration:g} s per run; "
+            f"load average {load_before[0]:.2f} at start",
+            file=sys.stderr,
+            flush=True,
+        )
         for name in args.scenarios:
             for clients in args.concurrency:
                 result = run_scenario(name, clients, args, address, rp_uuids, server.proc.pid)
                 results.append(result)
-                print(f"  {SCENARIOS[name]} x{clients}: {result['ops_per_s']} ops/s, "
-                      f"p50 {result['p50_ms']} ms", file=sys.stderr, flush=True)
+                print(
+                    f"  {SCENARIOS[name]} x{clients}: {result['ops_per_s']} ops/s, "
+                    f"p50 {result['p50_ms']} ms",
+                    file=sys.stderr,
+                    flush=True,
+                )
         check_clean(address)
     finally:
         if server is not None:
@@ -645,19 +740,26 @@ def main(argv=None) -> int:
             database.drop()
         shutil.rmtree(workdir, ignore_errors=True)
     load_after = os.getloadavg()
-    print(f"\nExosuit API benchmark: {args.db}, {workers} API worker(s) x "
-          f"{threads} thread(s), {args.duration:g} s per run, "
-          f"{os.cpu_count()} CPUs, load average {load_before[0]:.2f} before / "
-          f"{load_after[0]:.2f} after")
+    print(
+        f"\nExosuit API benchmark: {args.db}, {workers} API worker(s) x "
+        f"{threads} thread(s), {args.duration:g} s per run, "
+        f"{os.cpu_count()} CPUs, load average {load_before[0]:.2f} before / "
+        f"{load_after[0]:.2f} after"
+    )
     print(format_table(results))
-    print("CPU columns are cores busy while the scenario ran: client processes, exosuit-api "
-          "processes, the local database server, the whole machine (the rest is other work).")
+    print(
+        "CPU columns are cores busy while the scenario ran: client processes, exosuit-api "
+        "processes, the local database server, the whole machine (the rest is other work)."
+    )
     if args.json:
         report = {
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "commit": _git_commit(),
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                        "python": platform.python_version()},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "platform": platform.platform(),
+                "python": platform.python_version(),
+            },
             "load_average_before": [round(x, 2) for x in load_before],
             "load_average_after": [round(x, 2) for x in load_after],
             "db": args.db,

@@ -49,11 +49,11 @@ from exosuit.conductor.worker import Conductor  # noqa: E402
 from exosuit.conf import make_conf  # noqa: E402
 from exosuit.db import devices as db_devices  # noqa: E402
 from exosuit.db import inventory, migration, models  # noqa: E402
+from exosuit.db import placement as state  # noqa: E402
 from exosuit.db.api import Database  # noqa: E402
+from exosuit.db.metrics import read_counters  # noqa: E402
 from exosuit.drivers import DriverContext  # noqa: E402
 from exosuit.drivers.simulated import SimulatedDriver  # noqa: E402
-from exosuit.metrics import read_counters  # noqa: E402
-from exosuit.placement import state  # noqa: E402
 from exosuit.placement.client import use_placement_url  # noqa: E402
 
 RUNNER = os.path.join(ROOT, "tests", "placement", "placement_server.py")
@@ -70,10 +70,15 @@ def placement_server(workdir: str, connection: str | None, threads: int):
     sqlite = connection is None
     connection = connection or f"sqlite:///{workdir}/placement.sqlite"
     with open(os.path.join(workdir, "placement.conf"), "w") as f:
-        f.write("[DEFAULT]\ndebug = false\n[api]\nauth_strategy = noauth2\n"
-                f"[placement_database]\nconnection = {connection}\n")
-    subprocess.run([manage, "--config-file", os.path.join(workdir, "placement.conf"),
-                    "db", "sync"], check=True, capture_output=True)
+        f.write(
+            "[DEFAULT]\ndebug = false\n[api]\nauth_strategy = noauth2\n"
+            f"[placement_database]\nconnection = {connection}\n"
+        )
+    subprocess.run(
+        [manage, "--config-file", os.path.join(workdir, "placement.conf"), "db", "sync"],
+        check=True,
+        capture_output=True,
+    )
     if sqlite:
         import sqlite3
 
@@ -82,8 +87,20 @@ def placement_server(workdir: str, connection: str | None, threads: int):
     port = free_port()
     log = open(os.path.join(workdir, "placement.log"), "w")
     process = subprocess.Popen(
-        [sys.executable, RUNNER, workdir, "--port", str(port), "--threads", str(threads),
-         "--port-file", os.path.join(workdir, "port")], stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            RUNNER,
+            workdir,
+            "--port",
+            str(port),
+            "--threads",
+            str(threads),
+            "--port-file",
+            os.path.join(workdir, "port"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         import requests
@@ -120,23 +137,33 @@ def _snapshots(hosts: int, prefix: str, shape: dict[str, int]) -> list[tuple[str
 
 def _requests(db) -> dict[str, int]:
     """Placement requests so far, by "job method"."""
-    return {f"{dict(labels)['job']} {dict(labels)['method']}": value
-            for (name, labels), value in db.read(read_counters).items()
-            if name == "exosuit_placement_requests"}
+    return {
+        f"{dict(labels)['job']} {dict(labels)['method']}": value
+        for (name, labels), value in db.read(read_counters).items()
+        if name == "exosuit_placement_requests"
+    }
 
 
 def _busy(db) -> int:
     jobs = models.jobs
-    return db.read(lambda conn: conn.execute(
-        sa.select(sa.func.count()).select_from(jobs).where(
-            jobs.c.kind == state.SYNC, jobs.c.state.in_(("pending", "running")))).scalar())
+    return db.read(
+        lambda conn: conn.execute(
+            sa.select(sa.func.count())
+            .select_from(jobs)
+            .where(jobs.c.kind == state.SYNC, jobs.c.state.in_(("pending", "running")))
+        ).scalar()
+    )
 
 
 def _failed(db) -> int:
     jobs = models.jobs
-    return db.read(lambda conn: conn.execute(
-        sa.select(sa.func.count()).select_from(jobs).where(
-            jobs.c.kind == state.SYNC, jobs.c.state == "failed")).scalar())
+    return db.read(
+        lambda conn: conn.execute(
+            sa.select(sa.func.count())
+            .select_from(jobs)
+            .where(jobs.c.kind == state.SYNC, jobs.c.state == "failed")
+        ).scalar()
+    )
 
 
 def _last_job(db) -> int:
@@ -146,9 +173,13 @@ def _last_job(db) -> int:
 
 def _jobs_since(db, last: int) -> int:
     jobs = models.jobs
-    return db.read(lambda conn: conn.execute(
-        sa.select(sa.func.count()).select_from(jobs).where(
-            jobs.c.kind == state.SYNC, jobs.c.id > last)).scalar())
+    return db.read(
+        lambda conn: conn.execute(
+            sa.select(sa.func.count())
+            .select_from(jobs)
+            .where(jobs.c.kind == state.SYNC, jobs.c.id > last)
+        ).scalar()
+    )
 
 
 def _phase(db, name: str, hosts: int, act, *, deployables: int = 0) -> dict:
@@ -160,12 +191,18 @@ def _phase(db, name: str, hosts: int, act, *, deployables: int = 0) -> dict:
         time.sleep(0.02)
     elapsed = time.monotonic() - began
     after = _requests(db)
-    by_method = {k: after.get(k, 0) - before.get(k, 0) for k in after
-                 if after.get(k, 0) != before.get(k, 0)}
+    by_method = {
+        k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)
+    }
     total = sum(by_method.values())
-    result = {"phase": name, "seconds": round(elapsed, 3), "jobs": _jobs_since(db, last),
-              "placement_requests": total, "by_method": by_method,
-              "requests_per_host": round(total / hosts, 3)}
+    result = {
+        "phase": name,
+        "seconds": round(elapsed, 3),
+        "jobs": _jobs_since(db, last),
+        "placement_requests": total,
+        "by_method": by_method,
+        "requests_per_host": round(total / hosts, 3),
+    }
     if deployables:
         result["requests_per_new_deployable"] = round(total / deployables, 3)
         result["deployables_per_second"] = round(deployables / elapsed, 1)
@@ -174,13 +211,18 @@ def _phase(db, name: str, hosts: int, act, *, deployables: int = 0) -> dict:
 
 
 def run(args, placement_url: str, db_url: str, workdir: str) -> list[dict]:
-    conf = make_conf([], **{
-        "state_path": workdir, "database.connection": db_url,
-        "placement.manage_compute_providers": True,
-        "conductor.workers": args.workers, "conductor.poll_interval": 0.05,
-        # Drift repair runs only when this benchmark asks for it.
-        "conductor.reconcile_interval": 0,
-    })
+    conf = make_conf(
+        [],
+        **{
+            "state_path": workdir,
+            "database.connection": db_url,
+            "placement.manage_compute_providers": True,
+            "conductor.workers": args.workers,
+            "conductor.poll_interval": 0.05,
+            # Drift repair runs only when this benchmark asks for it.
+            "conductor.reconcile_interval": 0,
+        },
+    )
     use_placement_url(conf, placement_url)
     db = Database(db_url, pool_size=args.workers + 4)
     migration.upgrade(db)
@@ -204,8 +246,9 @@ def run(args, placement_url: str, db_url: str, workdir: str) -> list[dict]:
             apply_all()
             apply_all_seconds = round(time.monotonic() - began, 3)
 
-        results.append(_phase(db, "register", args.hosts, register,
-                              deployables=args.hosts * per_host))
+        results.append(
+            _phase(db, "register", args.hosts, register, deployables=args.hosts * per_host)
+        )
         results[-1]["snapshots_applied_seconds"] = apply_all_seconds
 
         results.append(_phase(db, "unchanged re-report", args.hosts, apply_all))
@@ -216,17 +259,21 @@ def run(args, placement_url: str, db_url: str, workdir: str) -> list[dict]:
         results.append(_phase(db, "unchanged, sync forced", args.hosts, force))
 
         def verify() -> None:
-            db.write(lambda conn: [state.enqueue_sync(conn, n, verify=True)
-                                   for n, _ in snapshots])
+            db.write(lambda conn: [state.enqueue_sync(conn, n, verify=True) for n, _ in snapshots])
 
         results.append(_phase(db, "verify (drift repair, no drift)", args.hosts, verify))
 
         def disable() -> None:
             dev = models.devices
             for name, _ in snapshots:
-                uuid = db.read(lambda conn, name=name: conn.execute(
-                    sa.select(dev.c.uuid).where(dev.c.hostname == name)
-                    .order_by(dev.c.id).limit(1)).scalar())
+                uuid = db.read(
+                    lambda conn, name=name: conn.execute(
+                        sa.select(dev.c.uuid)
+                        .where(dev.c.hostname == name)
+                        .order_by(dev.c.id)
+                        .limit(1)
+                    ).scalar()
+                )
                 db.write(db_devices.set_status, uuid, "maintaining")
 
         results.append(_phase(db, "one device disabled per host", args.hosts, disable))
@@ -240,23 +287,37 @@ def run(args, placement_url: str, db_url: str, workdir: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--hosts", type=int, default=50)
-    parser.add_argument("--shape", default="fake_fpga:4,nvidia_gpu:4",
-                        help="Simulated devices per host (SHAPE:COUNT,...).")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="Conductor worker threads.")
-    parser.add_argument("--db", choices=["sqlite", "postgresql", "mariadb"], default="sqlite",
-                        help="Exosuit's database.")
-    parser.add_argument("--placement-url", help="Use this Placement (noauth2) instead of "
-                        "starting one.")
-    parser.add_argument("--placement-db", choices=["sqlite", "postgresql", "mariadb"],
-                        default="sqlite", help="Database of the Placement this benchmark "
-                        "starts (a new one, dropped afterwards).")
+    parser.add_argument(
+        "--shape",
+        default="fake_fpga:4,nvidia_gpu:4",
+        help="Simulated devices per host (SHAPE:COUNT,...).",
+    )
+    parser.add_argument("--workers", type=int, default=1, help="Conductor worker threads.")
+    parser.add_argument(
+        "--db",
+        choices=["sqlite", "postgresql", "mariadb"],
+        default="sqlite",
+        help="Exosuit's database.",
+    )
+    parser.add_argument(
+        "--placement-url", help="Use this Placement (noauth2) instead of starting one."
+    )
+    parser.add_argument(
+        "--placement-db",
+        choices=["sqlite", "postgresql", "mariadb"],
+        default="sqlite",
+        help="Database of the Placement this benchmark starts (a new one, dropped afterwards).",
+    )
     parser.add_argument("--placement-threads", type=int, default=4)
-    parser.add_argument("--prefix", default=f"bench-{os.getpid()}",
-                        help="Host name prefix (hosts must be new to that Placement).")
+    parser.add_argument(
+        "--prefix",
+        default=f"bench-{os.getpid()}",
+        help="Host name prefix (hosts must be new to that Placement).",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="exosuit-bench-placement-") as workdir:
         with fresh_database(args.db, workdir) as db_url:
@@ -269,9 +330,11 @@ def main(argv: list[str] | None = None) -> int:
                 placement_db = None
                 if args.placement_db != "sqlite":
                     placement_db = stack.enter_context(
-                        fresh_database(args.placement_db, placement_dir))
-                url = stack.enter_context(placement_server(
-                    placement_dir, placement_db, args.placement_threads))
+                        fresh_database(args.placement_db, placement_dir)
+                    )
+                url = stack.enter_context(
+                    placement_server(placement_dir, placement_db, args.placement_threads)
+                )
                 run(args, url, db_url, workdir)
     return 0
 

@@ -2,19 +2,48 @@
 
     ExosuitError
     ├── Invalid                  bad input the domain layer detected
+    │   ├── InventoryInvalid     a snapshot the schema passes but that cannot be applied
+    │   └── LimitExceeded        a request beyond a configured limit (doc/limits.md)
     ├── NotFound
     │   ├── DeviceProfileNotFound
     │   ├── AcceleratorRequestNotFound
     │   ├── DeviceNotFound
     │   ├── DeployableNotFound
     │   ├── AttributeNotFound
-    │   └── HostNotFound
+    │   ├── HostNotFound
+    │   ├── AttachHandleNotFound
+    │   ├── JobNotFound
+    │   ├── ImageNotFound        absent, or not visible to the caller
+    │   ├── ProgramNotFound
+    │   ├── DiscoveryNotFound
+    │   ├── ClaimNotFound
+    │   └── AuditEventNotFound
     ├── Conflict
     │   ├── DeviceProfileExists
     │   ├── DeviceProfileInUse
     │   ├── ARQBadState
     │   ├── InstanceAlreadyBound
-    │   └── BindFailed
+    │   ├── BindFailed
+    │   ├── JobNotFailed
+    │   ├── ImageNotActive       no data yet
+    │   ├── ImageHasData         uploaded already
+    │   ├── ImageInUse           a program uses it
+    │   ├── ImageAmbiguous       several images have the function id asked for
+    │   ├── ProgramInUse         an attach handle of the device is held
+    │   ├── ProgramBusy          another program runs on the deployable
+    │   ├── ProgramUnsupported   the driver cannot load this (format)
+    │   ├── ProgramUnavailable   the device is disabled, missing or lost
+    │   ├── ProgramFailed        the program ended failed (the reason)
+    │   ├── ProgramEnded         a report about a program that already ended
+    │   ├── DeviceInUse          inactive asked while an attach handle is held
+    │   ├── DriverInUse          uninstall asked while a device of the driver is held
+    │   ├── ActivationSuperseded an agent's outcome of an activation changed since
+    │   ├── ClaimUnsatisfiable   no devices for a claim (nothing is held)
+    │   ├── ClaimReleased        renewing a released claim
+    │   └── ARQClaimed           an ARQ a claim holds, changed through the ARQ API
+    ├── ImageInvalid             the data does not match its size, hash or signature
+    │   └── ImageSignatureInvalid  a required signature is missing, unknown or wrong
+    ├── ImageTooLarge            above [images] max_size
     ├── ServiceTokenRequired
     ├── ARQUnresolved
     ├── DatabaseUnavailable
@@ -22,8 +51,10 @@
     │   ├── PlacementUnavailable unreachable, timed out, 5xx, 401/403, no endpoint
     │   ├── PlacementConflict    409: generation, in use, duplicate name or uuid
     │   └── PlacementNotFound    404
-    └── NovaError                Nova refused or did not answer a request
-        └── NovaUnavailable      unreachable, timed out, 5xx, 401/403, no endpoint
+    ├── NovaError                Nova refused or did not answer a request
+    │   └── NovaUnavailable      unreachable, timed out, 5xx, 401/403, no endpoint
+    └── GlanceError              Glance refused a request (an image's source)
+        └── GlanceUnavailable    unreachable, timed out, 5xx, 401/403, no endpoint
 
 The API maps each family to an HTTP status in one place (exosuit.api.wsgi).
 """
@@ -46,6 +77,18 @@ class ExosuitError(Exception):
 class Invalid(ExosuitError):
     msg_fmt = "Invalid input: %(reason)s"
     code = "exosuit.invalid"
+
+
+class InventoryInvalid(Invalid):
+    msg_fmt = "The inventory snapshot of host %(hostname)s is refused: %(reason)s"
+    code = "exosuit.inventory.invalid"
+
+
+class LimitExceeded(Invalid):
+    """A request asks for more than a limit allows; the message names the option."""
+
+    msg_fmt = "%(what)s; at most %(limit)d (%(option)s)."
+    code = "exosuit.limit.exceeded"
 
 
 class NotFound(ExosuitError):
@@ -95,8 +138,7 @@ class DeviceProfileExists(Conflict):
 
 class DeviceProfileInUse(Conflict):
     msg_fmt = (
-        "Device profile %(name)s is used by %(count)d accelerator request(s); "
-        "delete them first."
+        "Device profile %(name)s is used by %(count)d accelerator request(s); delete them first."
     )
     code = "exosuit.device_profile.in_use"
 
@@ -169,3 +211,190 @@ class NovaError(ExosuitError):
 class NovaUnavailable(NovaError):
     msg_fmt = "Nova is unavailable (%(method)s %(url)s): %(detail)s"
     code = "exosuit.nova.unavailable"
+
+
+class GlanceError(ExosuitError):
+    """Raised by exosuit.glance.client, where keystoneauth's errors are translated."""
+
+    msg_fmt = "Glance answered %(status)s to %(method)s %(url)s: %(detail)s"
+    code = "exosuit.glance.error"
+
+
+class GlanceUnavailable(GlanceError):
+    msg_fmt = "Glance is unavailable (%(method)s %(url)s): %(detail)s"
+    code = "exosuit.glance.unavailable"
+
+
+# -- microversion 2.5 (fleet views): NotFound and Conflict members ---------------------------
+
+
+class AttachHandleNotFound(NotFound):
+    msg_fmt = "Attach handle %(uuid)s could not be found."
+    code = "exosuit.attach_handle.not_found"
+
+
+class JobNotFound(NotFound):
+    msg_fmt = "Job %(ident)s could not be found."
+    code = "exosuit.job.not_found"
+
+
+class AuditEventNotFound(NotFound):
+    msg_fmt = "Audit event %(ident)s could not be found."
+    code = "exosuit.audit_event.not_found"
+
+
+class JobNotFailed(Conflict):
+    msg_fmt = "Job %(ident)s is %(state)s: only a failed job can be retried."
+    code = "exosuit.job.not_failed"
+
+
+# Images and programming (doc/programming.md)
+
+
+class ImageNotFound(NotFound):
+    msg_fmt = "Image %(uuid)s could not be found."
+    code = "exosuit.image.not_found"
+
+
+class ProgramNotFound(NotFound):
+    msg_fmt = "Program %(uuid)s could not be found."
+    code = "exosuit.program.not_found"
+
+
+class ImageNotActive(Conflict):
+    msg_fmt = "Image %(uuid)s has no data yet (status %(status)s): upload it first."
+    code = "exosuit.image.not_active"
+
+
+class ImageHasData(Conflict):
+    msg_fmt = "Image %(uuid)s already has its data; an image's data never changes."
+    code = "exosuit.image.has_data"
+
+
+class ImageInUse(Conflict):
+    msg_fmt = "Image %(uuid)s is used by program %(program)s."
+    code = "exosuit.image.in_use"
+
+
+class ImageAmbiguous(Conflict):
+    msg_fmt = "Several images have function id %(function_id)s: %(uuids)s."
+    code = "exosuit.image.ambiguous"
+
+
+class ProgramInUse(Conflict):
+    msg_fmt = (
+        "Deployable %(uuid)s cannot be programmed while its device is in use (%(holders)s); "
+        "drain it first."
+    )
+    code = "exosuit.program.in_use"
+
+
+class ProgramBusy(Conflict):
+    msg_fmt = "Deployable %(uuid)s is being programmed with another image (program %(program)s)."
+    code = "exosuit.program.busy"
+
+
+class ProgramUnsupported(Conflict):
+    msg_fmt = "Deployable %(uuid)s cannot load this image: %(reason)s"
+    code = "exosuit.program.unsupported"
+
+
+class ProgramUnavailable(Conflict):
+    msg_fmt = "Deployable %(uuid)s cannot be programmed now: %(reason)s"
+    code = "exosuit.program.unavailable"
+
+
+class ProgramFailed(Conflict):
+    msg_fmt = "Programming deployable %(uuid)s failed: %(reason)s"
+    code = "exosuit.program.failed"
+
+
+class ProgramEnded(Conflict):
+    msg_fmt = "Program %(uuid)s already ended (%(state)s)."
+    code = "exosuit.program.ended"
+
+
+class DiscoveryNotFound(NotFound):
+    msg_fmt = "Discovery %(uuid)s could not be found."
+    code = "exosuit.discovery.not_found"
+
+
+class DeviceInUse(Conflict):
+    """Marking a device inactive while attach handles of it are held (the message names
+    the holders)."""
+
+    code = "exosuit.device.in_use"
+
+
+class DriverInUse(Conflict):
+    """Uninstalling a driver while attach handles of its devices are held (the message
+    names the holders)."""
+
+    code = "exosuit.driver.in_use"
+
+
+class ActivationSuperseded(Conflict):
+    msg_fmt = (
+        "Device %(uuid)s is no longer asked to %(action)s at generation %(generation)s "
+        "(its activation is %(activation)s at generation %(current)s): the outcome is "
+        "dropped."
+    )
+    code = "exosuit.activation.superseded"
+
+
+class PartitionInUse(Conflict):
+    msg_fmt = (
+        "The partition layout of device %(uuid)s would remove a slice in use: %(reason)s "
+        "(held: %(held)s). Release them first, or keep them in the layout."
+    )
+    code = "exosuit.partition.in_use"
+
+
+class PartitionSuperseded(Conflict):
+    msg_fmt = (
+        "Device %(uuid)s has another partition layout than the one of generation "
+        "%(generation)s (its partition state is %(state)s at generation %(current)s): the "
+        "outcome is dropped."
+    )
+    code = "exosuit.partition.superseded"
+
+
+class ImageInvalid(ExosuitError):
+    msg_fmt = "Image %(uuid)s was refused: %(reason)s"
+    code = "exosuit.image.invalid"
+
+
+class ImageSignatureInvalid(ImageInvalid):
+    msg_fmt = "Image %(uuid)s was refused: its signature %(reason)s"
+    code = "exosuit.image.signature"
+
+
+class ImageTooLarge(ExosuitError):
+    msg_fmt = "Image %(uuid)s is larger than [images] max_size (%(max_size)d bytes)."
+    code = "exosuit.image.too_large"
+
+
+# Standalone claims (microversion 2.8, doc/standalone.md)
+
+
+class ClaimNotFound(NotFound):
+    msg_fmt = "Claim %(uuid)s could not be found."
+    code = "exosuit.claim.not_found"
+
+
+class ClaimUnsatisfiable(Conflict):
+    msg_fmt = "The claim cannot be satisfied (nothing is held): %(reason)s"
+    code = "exosuit.claim.unsatisfiable"
+
+
+class ClaimReleased(Conflict):
+    msg_fmt = "Claim %(uuid)s was released at %(released_at)s; claim again instead."
+    code = "exosuit.claim.released"
+
+
+class ARQClaimed(Conflict):
+    msg_fmt = (
+        "Accelerator request %(uuid)s is held by claim %(claim)s: release the claim "
+        "(DELETE /v2/claims/%(claim)s)."
+    )
+    code = "exosuit.arq.claimed"

@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
+import sys
 import threading
 
 from cheroot import wsgi as cheroot_wsgi
 from oslo_config import cfg
 
 from exosuit.agent.cache import AgentCache, CacheLocked
-from exosuit.agent.main import load_drivers
+from exosuit.agent.cdi import CdiReconciler
+from exosuit.agent.clock import SystemClock
+from exosuit.agent.main import build_programs
+from exosuit.agent.plugins import DriverSet
 from exosuit.agent.reporter import Reporter
 from exosuit.agent.service import Agent
 from exosuit.agent.transport import WsgiSession
-from exosuit.api.deploy import loadapp, make_database
+from exosuit.api.deploy import NoAuthMiddleware, loadapp, make_database
 from exosuit.conductor.worker import Conductor
 from exosuit.db import migration
 
@@ -29,24 +34,46 @@ LOG = logging.getLogger(__name__)
 
 __all__ = ["LocalHost", "serve"]
 
+# Where `exosuit device list` connects when given no --os-endpoint (exosuit/cli/client.py
+# DEFAULT_URL; tests/cli holds the two equal).
+CLIENT_DEFAULT_URL = "http://127.0.0.1:6666"
+
 
 class LocalHost:
     """The agent of this host, in-process: the simulated driver plus the enabled hardware
-    drivers (those that find nothing cost nothing), reporting straight to the app."""
+    drivers (those that find nothing cost nothing), reporting straight to the app and
+    running the programs of its desired state (the simulated FPGA loads images)."""
 
     def __init__(self, conf: cfg.ConfigOpts, app) -> None:
+        # CDI specs go under the data directory ($state_path/cdi: no root needed, and a
+        # demo leaves nothing in the host's /var/run/cdi) unless a file sets [cdi]
+        # spec_dir (doc/cdi.md).
+        conf.set_default("spec_dir", os.path.join(conf.state_path, "cdi"), group="cdi")
         names = list(dict.fromkeys(["simulated", *conf.agent.enabled_drivers]))
-        drivers = load_drivers(conf, conf.host, conf.agent.sysfs_root, names)
+        # A DriverSet: the operator's overrides enable, disable or reconfigure them.
+        drivers = DriverSet.from_conf(conf, conf.host, conf.agent.sysfs_root, names)
         cache = AgentCache(os.path.abspath(conf.agent.state_dir))
         cache.lock()  # CacheLocked: another exosuit serve uses this data directory
+        session = WsgiSession(app)
+        clock = SystemClock()
+        reporter = Reporter(session, "http://exosuit.local", conf.host, clock=clock)
         self.agent = Agent(
             conf.host,
             drivers,
-            Reporter(WsgiSession(app), "http://exosuit.local", conf.host),
+            reporter,
             cache,
             interval=conf.serve.report_interval,
             jitter=0,
             removal_grace=conf.agent.removal_grace,
+            clock=clock,
+            # Programs of the simulated FPGA (and of real ones): doc/programming.md.
+            programs=build_programs(
+                conf, conf.host, drivers.drivers, session, reporter.endpoint, cache, clock
+            ),
+            # The CDI specs of the claims for containers (doc/cdi.md).
+            cdi=CdiReconciler(
+                conf.host, drivers, session, reporter.endpoint, cache, conf.cdi.spec_dir
+            ),
         )
         self._thread: threading.Thread | None = None
 
@@ -73,39 +100,72 @@ class LocalHost:
         self.agent.cache.unlock()
 
 
+def _exosuit_command() -> str:
+    """How to run ``exosuit`` from here: its name when it is on PATH, else its path
+    (``.venv/bin/exosuit`` after ``make run``)."""
+    script = os.path.join(os.path.dirname(sys.executable), "exosuit")
+    if not os.path.exists(script) or shutil.which("exosuit") == script:
+        return "exosuit"
+    relative = os.path.relpath(script)
+    return script if relative.startswith("..") else relative
+
+
 def serve(conf: cfg.ConfigOpts, *, host: str, port: int, ready=None) -> None:
     """Run until SIGINT/SIGTERM. ``ready(server)`` is called once listening."""
     db = make_database(conf)
     migration.upgrade(db)
     app = loadapp(conf, db)
+    # The in-process agent is trusted: it calls the application past the authentication
+    # (as an admin with the service role), whatever [api] auth_strategy requires of
+    # everyone else.
+    agent_app = app if conf.api.auth_strategy == "noauth" else NoAuthMiddleware(app.application)
     try:
-        simulated = LocalHost(conf, app)
+        simulated = LocalHost(conf, agent_app)
     except CacheLocked as error:
         db.dispose()
-        raise SystemExit(f"exosuit serve: {error}; stop it first, or use another "
-                         "--data-dir") from None
+        raise SystemExit(
+            f"exosuit serve: {error}; stop it first, or use another --data-dir"
+        ) from None
     simulated.start()
     # One conductor worker in-process runs the jobs (Placement sync, drift repair …).
     conductor = Conductor(conf, db, workers=1)
     conductor.start()
-    server = cheroot_wsgi.Server((host, port), app, numthreads=max(4, conf.api.threads),
-                                 server_name="exosuit")
+    server = cheroot_wsgi.Server(
+        (host, port),
+        app,
+        numthreads=max(4, conf.api.threads),
+        server_name="exosuit",
+        # cheroot's default backlog is 5: a burst of clients got connection resets.
+        request_queue_size=conf.api.backlog,
+        shutdown_timeout=conf.api.shutdown_timeout,
+    )
     server.prepare()
     bound_host, bound_port = server.bind_addr[:2]
     url = f"http://{bound_host}:{bound_port}"
     database = conf.database.connection
     if database.startswith("sqlite:///"):
-        database = os.path.abspath(database[len("sqlite:///"):])
+        database = os.path.abspath(database[len("sqlite:///") :])
     print(f"Exosuit {conf.host!r} serving Cyborg's v2 API at {url}/v2", flush=True)
     print(f"  database: {database}", flush=True)
+    print(f"  authentication: {conf.api.auth_strategy}", flush=True)
+    print(f"  CDI specs: {os.path.abspath(conf.cdi.spec_dir)}", flush=True)
     if conf.placement.auth_type:
-        print(f"  placement: {conf.placement.endpoint_override or 'from the catalog'}",
-              flush=True)
-    print(f"  simulated host {conf.host!r}: "
-          + ", ".join(f"{n} x {s}" for s, n in sorted(simulated.driver.shapes.items())),
-          flush=True)
-    print("  try: openstack --os-auth-type none --os-endpoint "
-          f"{url}/v2 accelerator device list    (Ctrl-C stops)", flush=True)
+        print(f"  placement: {conf.placement.endpoint_override or 'from the catalog'}", flush=True)
+    print(
+        f"  simulated host {conf.host!r}: "
+        + ", ".join(f"{n} x {s}" for s, n in sorted(simulated.driver.shapes.items())),
+        flush=True,
+    )
+    # What a newcomer does next: the command line, the dashboard, OpenStack's client.
+    endpoint = "" if url == CLIENT_DEFAULT_URL else f" --os-endpoint {url}"
+    print(f"  in another terminal: {_exosuit_command()}{endpoint} device list", flush=True)
+    print(f"  dashboard: {url}/dashboard", flush=True)
+    print(
+        "  OpenStack's client: openstack --os-auth-type none --os-endpoint "
+        f"{url}/v2 accelerator device list",
+        flush=True,
+    )
+    print("  Ctrl-C stops.", flush=True)
 
     stopper: list[threading.Thread] = []
 

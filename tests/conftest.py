@@ -18,7 +18,7 @@ import webob
 
 from exosuit.api.deploy import loadapp
 from exosuit.conf import make_conf
-from exosuit.db import migration, models
+from exosuit.db import changes, migration, models
 from exosuit.db.api import Database
 
 POSTGRESQL_URL = os.environ.get(
@@ -112,9 +112,15 @@ def _shared_urls(db_servers, tmp_path_factory):
 
 
 def empty_database(db: Database) -> None:
-    with db.engine.begin() as conn:
+    """Delete every row, but the deployable list's version (exosuit/db/changes.py): it
+    only ever grows, and the API's response cache relies on that. Deleting the rows
+    counts as a change (they are deleted through ``db.writer``), so the version moves."""
+    with db.writer() as conn:
         for table in reversed(models.Base.metadata.sorted_tables):
-            conn.execute(sa.delete(table))
+            if table is models.metric_counters:
+                conn.execute(sa.delete(table).where(table.c.name != changes.DEPLOYABLES))
+            else:
+                conn.execute(sa.delete(table))
 
 
 @pytest.fixture(params=BACKENDS)
@@ -135,8 +141,11 @@ def sqlite_database(_shared_urls):
 
 
 def make_test_conf(**overrides):
-    conf = make_conf([], **overrides)
-    return conf
+    """The configuration of in-process API tests: as deployed, but that new devices start
+    ready (as before activation existed: most tests bind what a snapshot reported); the
+    tests of activation set ``inventory.new_device_activation`` themselves."""
+    overrides = {"inventory.new_device_activation": "ready", **overrides}
+    return make_conf([], **overrides)
 
 
 class ApiClient:
@@ -149,8 +158,9 @@ class ApiClient:
     def as_(self, headers: dict[str, str]) -> ApiClient:
         return ApiClient(self.app, headers)
 
-    def request(self, method: str, path: str, body=None, headers=None,
-                version: str | None = None) -> webob.Response:
+    def request(
+        self, method: str, path: str, body=None, headers=None, version: str | None = None
+    ) -> webob.Response:
         req = webob.Request.blank(path, method=method)
         for key, value in {**self.headers, **(headers or {})}.items():
             req.headers[key] = value
@@ -199,20 +209,60 @@ PROJECT = "p1" + "0" * 30
 OTHER_PROJECT = "p2" + "0" * 30
 SERVICE_PROJECT = "sv" + "0" * 30
 PERSONAS = {
-    "admin": {"X-User-Id": "u-admin", "X-Project-Id": "admin" + "0" * 27,
-              "X-Roles": "admin,manager,member,reader"},
+    "admin": {
+        "X-User-Id": "u-admin",
+        "X-Project-Id": "admin" + "0" * 27,
+        "X-Roles": "admin,manager,member,reader",
+    },
     "member": {"X-User-Id": "u-member", "X-Project-Id": PROJECT, "X-Roles": "member,reader"},
-    "other_member": {"X-User-Id": "u-other", "X-Project-Id": OTHER_PROJECT,
-                     "X-Roles": "member,reader"},
+    "other_member": {
+        "X-User-Id": "u-other",
+        "X-Project-Id": OTHER_PROJECT,
+        "X-Roles": "member,reader",
+    },
     "reader": {"X-User-Id": "u-reader", "X-Project-Id": PROJECT, "X-Roles": "reader"},
-    "service": {"X-User-Id": "u-nova", "X-Project-Id": SERVICE_PROJECT, "X-Roles": "service",
-                "X-Service-Roles": "service"},
+    "service": {
+        "X-User-Id": "u-nova",
+        "X-Project-Id": SERVICE_PROJECT,
+        "X-Roles": "service",
+        "X-Service-Roles": "service",
+    },
     # What Nova sends: the user's token plus a service token.
-    "nova": {"X-User-Id": "u-member", "X-Project-Id": PROJECT, "X-Roles": "member,reader",
-             "X-Service-Roles": "service"},
+    "nova": {
+        "X-User-Id": "u-member",
+        "X-Project-Id": PROJECT,
+        "X-Roles": "member,reader",
+        "X-Service-Roles": "service",
+    },
 }
 
 
-# One real Keystone for the whole session, whichever modules use it (imported last:
-# the fixture module uses ``require`` from here).
+# One real Keystone, Placement and Glance for the whole session, whichever modules use
+# them (imported last: the fixture modules use ``require`` from here). A session fixture
+# must be registered here only: imported into another conftest or test module as well,
+# it is a second fixture there, and starts a second server.
 from tests.functional.keystone_fixture import keystone_fixture  # noqa: E402,F401
+from tests.glance.glance_fixture import glance_fixture  # noqa: E402,F401
+from tests.placement.placement_fixture import placement_fixture  # noqa: E402,F401
+
+# Fixtures that start a process (a server, a browser, agents): the tests that use one,
+# directly or through another fixture, are "slow", and `make test-quick` leaves them out.
+PROCESS_FIXTURES = frozenset(
+    {
+        "agents",
+        "browser",
+        "glance",
+        "keystone",
+        "nova_cloud",
+        "placement",
+        "processes",
+        "server",
+        "servers",
+    }
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -5,11 +5,20 @@ file, fsync, rename, fsync of the directory): a crash leaves either the old
 file or the new one, never half of one. It holds only what cannot be
 recomputed:
 
-- the last snapshot the API acknowledged (its hash, content and time);
+- the hash of the last snapshot the API acknowledged, and when it did;
 - the last desired state the API sent;
-- what the agent prepared on the host (mdevs, programmed images …);
-- when each device was last seen, so a device missing from one discovery is
-  kept for ``[agent] removal_grace`` seconds before it is dropped.
+- when each device was last seen (and what it was), so a device missing from one
+  discovery is kept for ``[agent] removal_grace`` seconds before it is dropped;
+- the programs the agent finished (done or failed) and whether the API has heard so,
+  so that a restart never loads an image twice nor loses a final report
+  (agent/programs.py), and the ids of the images it loaded (to check a rollback);
+- likewise the install and uninstall steps it ended (agent/activations.py), and the
+  desired-state generation it has applied (its reports' ``observed_generation``);
+- the partition layouts it applied (agent/partitions.py), with the outcome until the API
+  acknowledges it;
+- the CDI spec files it wrote for the claims handed to containers (agent/cdi.py): their
+  names (recorded before a file is written, so that only files it wrote are ever
+  removed) and digests, and the outcome until the API acknowledges it.
 
 Compatibility: a newer agent reads every older version (``_MIGRATIONS``); an
 older agent refuses a newer file instead of guessing (nothing is overwritten).
@@ -30,10 +39,23 @@ import fcntl
 import json
 import os
 import tempfile
+from collections.abc import Callable
+from typing import Any, NotRequired, TypedDict
 
-__all__ = ["CACHE_VERSION", "AgentCache", "AgentState", "CacheLocked", "CacheTooNew"]
+__all__ = [
+    "CACHE_VERSION",
+    "AgentCache",
+    "AgentState",
+    "CacheLocked",
+    "CacheTooNew",
+    "ContainerSpecs",
+    "FinishedActivation",
+    "FinishedPartition",
+    "FinishedProgram",
+    "SeenDevice",
+]
 
-CACHE_VERSION = 1
+CACHE_VERSION = 6
 FILE_NAME = "agent-cache.json"
 
 
@@ -45,22 +67,91 @@ class CacheLocked(RuntimeError):
     """Another process holds the state directory."""
 
 
+class SeenDevice(TypedDict):
+    """A device as last discovered: when (epoch seconds), its snapshot dict, and the
+    driver that found it (version 4; a device of a driver disabled on purpose is
+    dropped at once)."""
+
+    last_seen: float
+    device: dict[str, Any]
+    found_by: NotRequired[str]
+
+
+class FinishedProgram(TypedDict):
+    """A program the agent ended: the final report's body (``state`` done or failed …)
+    and whether the API acknowledged it (then it is kept only while the desired state
+    still names the program)."""
+
+    report: dict[str, Any]
+    acknowledged: bool
+
+
+class FinishedActivation(TypedDict):
+    """An install or uninstall step the agent ended (agent/activations.py): the desired
+    state's ``action`` and ``generation`` it answers, the outcome's body (``state``
+    done or failed, ``reason``) and whether the API acknowledged it (then it is kept
+    only while the desired state still asks for that step)."""
+
+    action: str
+    generation: int
+    report: dict[str, Any]
+    acknowledged: bool
+
+
+class FinishedPartition(TypedDict):
+    """A partition layout the agent applied or failed to (agent/partitions.py): the
+    desired state's ``generation`` it answers, the outcome's body (``state`` applied or
+    failed, ``reason``) and whether the API acknowledged it (then it is kept only while
+    the desired state still lists that layout)."""
+
+    generation: int
+    report: dict[str, Any]
+    acknowledged: bool
+
+
+class ContainerSpecs(TypedDict):
+    """The CDI spec files of one claim handed to containers (agent/cdi.py): the digest
+    of the desired state's entry they were written for, each file's name and the
+    SHA-256 of what was written (``files``; a name is recorded before its file is
+    written, with None), ``state`` (``pending``, ``written``, ``failed`` or ``gone``:
+    the API no longer knows the claim), the report's body and whether the API
+    acknowledged it."""
+
+    digest: str
+    files: dict[str, str | None]
+    state: str
+    report: dict[str, Any] | None
+    acknowledged: bool
+
+
 @dataclasses.dataclass
 class AgentState:
     acknowledged_hash: str | None = None
-    acknowledged_snapshot: dict | None = None
     acknowledged_at: float | None = None
-    desired_state: dict = dataclasses.field(default_factory=dict)
-    prepared: dict = dataclasses.field(default_factory=dict)
-    # device identity → {"last_seen": epoch seconds, "device": its snapshot dict}
-    devices: dict = dataclasses.field(default_factory=dict)
+    desired_state: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # device identity (schemas.device_identity) → when it was last seen, and what it was
+    devices: dict[str, SeenDevice] = dataclasses.field(default_factory=dict)
+    # program uuid → its final report, and whether the API has it
+    programs: dict[str, FinishedProgram] = dataclasses.field(default_factory=dict)
+    # image SHA-256 → the ids it was loaded with ({"function_id", "interface_id"}), to
+    # check a rollback to it; the most recent last
+    image_ids: dict[str, dict[str, str | None]] = dataclasses.field(default_factory=dict)
+    # the desired-state generation whose driver overrides (and discovery) the agent has
+    # applied: sent as the reports' observed_generation
+    observed_generation: int | None = None
+    # device uuid → the install or uninstall step ended, and whether the API has it
+    activations: dict[str, FinishedActivation] = dataclasses.field(default_factory=dict)
+    # claim uuid → the CDI spec files written for it, and whether the API has the outcome
+    containers: dict[str, ContainerSpecs] = dataclasses.field(default_factory=dict)
+    # device uuid → the partition layout applied, and whether the API has the outcome
+    partitions: dict[str, FinishedPartition] = dataclasses.field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"version": CACHE_VERSION, **dataclasses.asdict(self)}
 
     @classmethod
-    def from_json(cls, data: dict) -> AgentState:
-        version = data.get("version", 0)
+    def from_json(cls, data: dict[str, Any]) -> AgentState:
+        version: int = data.get("version", 0)
         if version > CACHE_VERSION:
             raise CacheTooNew(
                 f"the agent cache is version {version}, written by a newer agent; this "
@@ -72,7 +163,7 @@ class AgentState:
         return cls(**{k: v for k, v in data.items() if k in fields})
 
 
-def _from_v0(data: dict) -> dict:
+def _from_v0(data: dict[str, Any]) -> dict[str, Any]:
     """Version 0 (never released) had no version field and no device ages."""
     data = dict(data)
     data.setdefault("devices", {})
@@ -80,8 +171,58 @@ def _from_v0(data: dict) -> dict:
     return data
 
 
+def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 also kept the acknowledged snapshot's content, which nothing read, and a
+    ``prepared`` map, which nothing wrote."""
+    data = {k: v for k, v in data.items() if k not in ("acknowledged_snapshot", "prepared")}
+    data["version"] = 2
+    return data
+
+
+def _from_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 had no programs: none was finished, no image loaded."""
+    data = dict(data)
+    data["programs"] = {}
+    data["image_ids"] = {}
+    data["version"] = 3
+    return data
+
+
+def _from_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 had no activations and observed no generation (nor knew which driver
+    found a device: such a device keeps its removal grace)."""
+    data = dict(data)
+    data["observed_generation"] = None
+    data["activations"] = {}
+    data["version"] = 4
+    return data
+
+
+def _from_v4(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 wrote no CDI spec files."""
+    data = dict(data)
+    data["containers"] = {}
+    data["version"] = 5
+    return data
+
+
+def _from_v5(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 5 applied no partition layout."""
+    data = dict(data)
+    data["partitions"] = {}
+    data["version"] = 6
+    return data
+
+
 # _MIGRATIONS[n] turns version n into n + 1.
-_MIGRATIONS = [_from_v0]
+_MIGRATIONS: list[Callable[[dict[str, Any]], dict[str, Any]]] = [
+    _from_v0,
+    _from_v1,
+    _from_v2,
+    _from_v3,
+    _from_v4,
+    _from_v5,
+]
 assert len(_MIGRATIONS) == CACHE_VERSION
 
 
@@ -104,7 +245,8 @@ class AgentCache:
             os.close(fd)
             raise CacheLocked(
                 f"another process (an exosuit-agent, or exosuit serve) already uses the "
-                f"state directory {self.state_dir}") from None
+                f"state directory {self.state_dir}"
+            ) from None
         self._lock_fd = fd
         self._remove_leftovers()
 

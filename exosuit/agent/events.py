@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from typing import Protocol
 
 LOG = logging.getLogger(__name__)
 
@@ -18,19 +19,36 @@ __all__ = ["UeventWatcher"]
 SUBSYSTEMS = ("pci", "mdev", "net", "nvme")
 
 
+class _Device(Protocol):
+    """What the watcher reads of a ``pyudev.Device``."""
+
+    @property
+    def action(self) -> str | None: ...
+
+    @property
+    def sys_path(self) -> str: ...
+
+
+class _Observer(Protocol):
+    """What the watcher calls of a ``pyudev.MonitorObserver``."""
+
+    def send_stop(self) -> None: ...
+
+
 class UeventWatcher:
     """Calls ``callback(action, sys_path)`` for each device event, in a background thread."""
 
     def __init__(self, callback: Callable[[str, str], None]) -> None:
         self.callback = callback
-        self._observer = None
+        self._observer: _Observer | None = None
 
     def start(self) -> bool:
         try:
             import pyudev
         except ImportError:
-            LOG.info("pyudev is not installed: hardware changes are seen at the next "
-                     "periodic discovery")
+            LOG.info(
+                "pyudev is not installed: hardware changes are seen at the next periodic discovery"
+            )
             return False
         try:
             context = pyudev.Context()
@@ -38,18 +56,21 @@ class UeventWatcher:
             monitor = pyudev.Monitor.from_netlink(context, source=source)
             for subsystem in SUBSYSTEMS:
                 monitor.filter_by(subsystem)
-            self._observer = pyudev.MonitorObserver(monitor, callback=self._on_device,
-                                                    name="uevents")
-            self._observer.daemon = True
-            self._observer.start()
+            observer = pyudev.MonitorObserver(monitor, callback=self._on_device, name="uevents")
+            observer.daemon = True
+            observer.start()
+            self._observer = observer
         except Exception as error:  # no libudev, no netlink permission …
-            LOG.info("uevents unavailable (%s): hardware changes are seen at the next "
-                     "periodic discovery", error)
+            LOG.info(
+                "uevents unavailable (%s): hardware changes are seen at the next "
+                "periodic discovery",
+                error,
+            )
             return False
         LOG.info("watching %s uevents (%s)", "/".join(SUBSYSTEMS), source)
         return True
 
-    def _on_device(self, device) -> None:
+    def _on_device(self, device: _Device) -> None:
         try:
             self.callback(device.action or "change", device.sys_path)
         except Exception:

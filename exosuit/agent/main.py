@@ -5,35 +5,63 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import time
+import threading
+from typing import TYPE_CHECKING, Any
 
-from keystoneauth1 import exceptions as ksa_exc
-from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
 from exosuit.agent.cache import AgentCache, CacheLocked, CacheTooNew
+from exosuit.agent.cdi import CdiReconciler
+from exosuit.agent.clock import Clock, SystemClock
 from exosuit.agent.events import UeventWatcher
+from exosuit.agent.http import PlainSession
+from exosuit.agent.plugins import DriverSet
+from exosuit.agent.programs import ProgramReconciler, ProgramSession
 from exosuit.agent.reporter import Reporter
-from exosuit.agent.service import Agent, backoff_delay
-from exosuit.conf import driver_settings
-from exosuit.drivers import DriverContext, load_driver
-from exosuit.drivers.runner import RecordedRunner, SubprocessRunner
+from exosuit.agent.service import Agent
+from exosuit.backoff import backoff_delay
+from exosuit.drivers.base import Driver
+from exosuit.images.store import ContentStore
+
+if TYPE_CHECKING:
+    from keystoneauth1 import session as ks_session
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["build_agent", "load_drivers", "make_session", "run_agent"]
+__all__ = ["build_agent", "build_programs", "load_drivers", "make_session", "run_agent"]
 
 GROUP = "agent"
 
 
-def make_session(conf: cfg.ConfigOpts):
-    """A keystoneauth session from [agent] (registered with the rest of the options, see
-    exosuit/conf.py): authenticated if [agent] auth_type is set, else plain."""
+# [agent] options that only a keystoneauth session honours.
+_KEYSTONE_OPTIONS = ("auth_type", "auth_section", "cafile", "certfile", "keyfile", "insecure")
+
+
+def needs_keystoneauth(conf: cfg.ConfigOpts) -> bool:
+    """Whether the agent needs keystoneauth to reach its API: no plain ``http://``
+    ``[agent] api_url`` (the catalog, or TLS), or a Keystone or TLS option set."""
+    url = str(conf.agent.api_url or "")
+    if not url.startswith("http://"):
+        return True
+    group = conf.agent
+    return any(name in group and group[name] not in (None, False) for name in _KEYSTONE_OPTIONS)
+
+
+def make_session(conf: cfg.ConfigOpts) -> Any:
+    """The agent's HTTP session: its own plain one (agent/http.py) for a plain
+    ``http://`` API without Keystone, else a keystoneauth session from [agent]
+    (authenticated if [agent] auth_type is set)."""
+    if not needs_keystoneauth(conf):
+        return PlainSession(timeout=conf.agent.timeout)
+    # keystoneauth's [agent] options were registered with the configuration
+    # (exosuit.conf.make_agent_conf registers them whenever this is reached).
+    from keystoneauth1 import loading as ks_loading
+
     auth = ks_loading.load_auth_from_conf_options(conf, GROUP)
     return ks_loading.load_session_from_conf_options(conf, GROUP, auth=auth)
 
 
-def api_endpoint(conf: cfg.ConfigOpts, session, *, sleep=time.sleep) -> str:
+def api_endpoint(conf: cfg.ConfigOpts, session: Any, *, clock: Clock | None = None) -> str:
     """[agent] api_url, else the ``accelerator`` endpoint of the Keystone catalog.
 
     Keystone unreachable (or answering 5xx) at start is waited out with exponential
@@ -41,11 +69,17 @@ def api_endpoint(conf: cfg.ConfigOpts, session, *, sleep=time.sleep) -> str:
     catalog without the service, stop the agent with the reason.
     """
     if conf.agent.api_url:
-        return conf.agent.api_url
+        return str(conf.agent.api_url)
+    from keystoneauth1 import exceptions as ksa_exc
+
     if session.auth is None:
-        raise SystemExit("exosuit-agent: [agent] api_url is empty and no [agent] auth_type "
-                         "is set: without Keystone there is no catalog to find the API in")
-    attempt = 0
+        raise SystemExit(
+            "exosuit-agent: [agent] api_url is empty and no [agent] auth_type "
+            "is set: without Keystone there is no catalog to find the API in"
+        )
+    clock = clock if clock is not None else SystemClock()
+    never = threading.Event()  # nothing cuts this wait short: SIGTERM ends the process
+    failures = 0
     while True:
         try:
             url = session.get_endpoint(service_type="accelerator", interface="internal")
@@ -53,55 +87,115 @@ def api_endpoint(conf: cfg.ConfigOpts, session, *, sleep=time.sleep) -> str:
         except (ksa_exc.ConnectionError, ksa_exc.HttpError) as error:
             status = getattr(error, "http_status", None)
             if status is not None and status < 500:
-                raise SystemExit(f"exosuit-agent: Keystone refused the agent's [agent] "
-                                 f"credentials: {error}") from None
-            if attempt == 0:
-                LOG.warning("Keystone unreachable while looking up the API in the catalog "
-                            "(%s); retrying with exponential backoff", error)
-            sleep(backoff_delay(attempt, conf.agent.max_backoff))
-            attempt += 1
+                raise SystemExit(
+                    f"exosuit-agent: Keystone refused the agent's [agent] credentials: {error}"
+                ) from None
+            if failures == 0:
+                LOG.warning(
+                    "Keystone unreachable while looking up the API in the catalog "
+                    "(%s); retrying with exponential backoff",
+                    error,
+                )
+            failures += 1
+            clock.wait(never, backoff_delay(failures, 1.0, conf.agent.max_backoff))
         except ksa_exc.CatalogException as error:
-            raise SystemExit(f"exosuit-agent: no [agent] api_url and no accelerator "
-                             f"endpoint in the catalog ({error})") from None
-    if attempt:
+            raise SystemExit(
+                f"exosuit-agent: no [agent] api_url and no accelerator "
+                f"endpoint in the catalog ({error})"
+            ) from None
+    if failures:
         LOG.warning("Keystone reachable again; the API is at %s", url)
     if not url:
-        raise SystemExit("exosuit-agent: no [agent] api_url and no accelerator endpoint in "
-                         "the catalog")
-    url = url.rstrip("/")
+        raise SystemExit(
+            "exosuit-agent: no [agent] api_url and no accelerator endpoint in the catalog"
+        )
+    url = str(url).rstrip("/")
     return url[: -len("/v2")] if url.endswith("/v2") else url
 
 
-def load_drivers(conf: cfg.ConfigOpts, hostname: str, sysfs_root: str,
-                 names: list[str] | None = None) -> list:
-    # A recorded tree's tools answer from its commands.json (as in `discover`), never
-    # this machine's tools: the agent reports what `discover` prints.
-    runner = (SubprocessRunner() if os.path.abspath(sysfs_root) == "/"
-              else RecordedRunner.from_file(os.path.join(sysfs_root, "commands.json")))
-    drivers = []
-    for name in names if names is not None else conf.agent.enabled_drivers:
-        context = DriverContext(hostname=hostname, sysfs_root=sysfs_root, runner=runner,
-                                settings=driver_settings(conf, name))
-        drivers.append(load_driver(name, context))
-    return drivers
+def load_drivers(
+    conf: cfg.ConfigOpts, hostname: str, sysfs_root: str, names: list[str] | None = None
+) -> list[Driver]:
+    """The drivers ``names`` (default ``[agent] enabled_drivers``), each with its options
+    and its own folder of the agent's state directory (``<state_dir>/drivers/<name>``),
+    which ``discover`` reads as the agent would. The agent itself keeps them in a
+    ``DriverSet`` (agent/plugins.py), which rebuilds them as the desired state's
+    overrides change."""
+    return DriverSet.from_conf(conf, hostname, sysfs_root, names).drivers
 
 
-def build_agent(conf: cfg.ConfigOpts, session=None, lock: bool = False) -> Agent:
-    """The agent ``conf`` describes; ``lock``: take the state directory (run_agent)."""
-    hostname = conf.host
+def build_agent(
+    conf: cfg.ConfigOpts,
+    session: ks_session.Session | None = None,
+    lock: bool = False,
+    *,
+    clock: Clock | None = None,
+) -> Agent:
+    """The agent ``conf`` describes; ``lock``: take the state directory (run_agent);
+    ``clock``: what it waits with (default: the real one)."""
+    hostname: str = conf.host
     session = session if session is not None else make_session(conf)
-    reporter = Reporter(session, api_endpoint(conf, session), hostname,
-                        timeout=conf.agent.timeout)
-    drivers = load_drivers(conf, hostname, conf.agent.sysfs_root)
+    clock = clock if clock is not None else SystemClock()
+    reporter = Reporter(
+        session,
+        api_endpoint(conf, session, clock=clock),
+        hostname,
+        timeout=conf.agent.timeout,
+        clock=clock,
+    )
+    plugins = DriverSet.from_conf(conf, hostname, conf.agent.sysfs_root)
     cache = AgentCache(os.path.abspath(conf.agent.state_dir))
     if lock:
         cache.lock()
     return Agent(
-        hostname, drivers, reporter, cache,
+        hostname,
+        plugins,
+        reporter,
+        cache,
         interval=conf.agent.report_interval,
         jitter=conf.agent.report_jitter,
         removal_grace=conf.agent.removal_grace,
         max_backoff=conf.agent.max_backoff,
+        clock=clock,
+        programs=build_programs(
+            conf, hostname, plugins.drivers, session, reporter.endpoint, cache, clock
+        ),
+        cdi=CdiReconciler(
+            hostname,
+            plugins,
+            session,
+            reporter.endpoint,
+            cache,
+            conf.cdi.spec_dir,
+            timeout=conf.agent.timeout,
+        ),
+    )
+
+
+def build_programs(
+    conf: cfg.ConfigOpts,
+    hostname: str,
+    drivers: list[Driver],
+    session: ProgramSession,
+    endpoint: str,
+    cache: AgentCache,
+    clock: Clock,
+) -> ProgramReconciler:
+    """The reconciler of the host's programs: its image cache is ``<state_dir>/images``,
+    bounded by ``[agent] image_cache_size``; it polls every ``desired_state_interval``."""
+    store = ContentStore(
+        os.path.join(os.path.abspath(conf.agent.state_dir), "images"), conf.agent.image_cache_size
+    )
+    return ProgramReconciler(
+        hostname,
+        drivers,
+        session,
+        endpoint,
+        store,
+        cache,
+        clock=clock,
+        interval=conf.agent.desired_state_interval,
+        timeout=conf.agent.timeout,
     )
 
 
@@ -109,14 +203,30 @@ def run_agent(conf: cfg.ConfigOpts) -> int:
     try:
         agent = build_agent(conf, lock=True)
     except CacheTooNew as error:
-        raise SystemExit(f"exosuit-agent: {error}; upgrade this agent, or move the cache "
-                         "aside to start from nothing") from None
+        raise SystemExit(
+            f"exosuit-agent: {error}; upgrade this agent, or move the cache "
+            "aside to start from nothing"
+        ) from None
     except CacheLocked as error:
-        raise SystemExit(f"exosuit-agent: {error}; stop it first, or give this agent "
-                         "its own [agent] state_dir") from None
-    LOG.info("exosuit-agent for host %s: drivers %s, reporting to %s every %d s, cache %s",
-             agent.hostname, ", ".join(d.name for d in agent.drivers), agent.reporter.url,
-             agent.interval, agent.cache.path)
+        raise SystemExit(
+            f"exosuit-agent: {error}; stop it first, or give this agent its own [agent] state_dir"
+        ) from None
+    LOG.info(
+        "exosuit-agent for host %s: drivers %s, reporting to %s every %d s, cache %s, "
+        "desired state every %g s, CDI specs in %s",
+        agent.hostname,
+        ", ".join(d.name for d in agent.drivers),
+        agent.reporter.url,
+        agent.interval,
+        agent.cache.path,
+        agent.programs.interval if agent.programs else 0,
+        agent.cdi.directory.path if agent.cdi else "(none)",
+    )
+    metrics = None
+    if conf.agent.metrics_port:
+        from exosuit.agent.metrics import serve_metrics  # only then: its server costs memory
+
+        metrics = serve_metrics(conf.agent.metrics_host, conf.agent.metrics_port, agent)
     watcher = None
     if conf.agent.uevents:
         watcher = UeventWatcher(lambda action, path: agent.wake())
@@ -129,5 +239,7 @@ def run_agent(conf: cfg.ConfigOpts) -> int:
     finally:
         if watcher is not None:
             watcher.stop()
+        if metrics is not None:
+            metrics.stop()
     LOG.info("exosuit-agent stopped")
     return 0

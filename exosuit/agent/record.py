@@ -6,14 +6,19 @@ finds on the host. What is recorded:
 
 * every PCI hierarchy (``/sys/devices/pci*``, wherever the functions of
   ``/sys/bus/pci/devices`` live): attributes, SR-IOV ``physfn``/``virtfnN`` links, bound
-  ``driver`` links, ``mdev_supported_types``, DFL/FPGA, QAT, NVMe and net children;
+  ``driver`` links, ``mdev_supported_types``, DFL/FPGA, QAT, NVMe and net children, and
+  the hwmon sensors below them (an FPGA BMC's, an NVMe controller's: their health);
 * ``/sys/devices/virtual/nvme-subsystem`` and device-mapper/MD block devices (NVMe
   multipath heads and the holders that show a drive is in use);
 * QAT firmware versions (``/sys/kernel/debug/qat_*/version``);
-* the links of ``/sys/bus/{pci,dfl,mdev}/devices`` and of ``/sys/class/{nvme,nvme-subsystem,
-  net,block,fpga,fpga_region,fpga_manager,fpga_bridge,mdev_bus}`` that point into the
-  recorded tree;
-* ``/proc/self/mountinfo`` and ``/proc/swaps`` (which drives the host uses).
+* the links of ``/sys/bus/{pci,dfl,mdev}/devices``, of ``/sys/class/{nvme,nvme-subsystem,
+  net,block,fpga,fpga_region,fpga_manager,fpga_bridge,mdev_bus,drm,accel,hwmon}`` and of
+  ``/sys/kernel/iommu_groups/<n>/devices`` that point into the recorded tree (a device's
+  own ``iommu_group`` link is copied with it: the container edits read its group);
+* ``/proc/self/mountinfo`` and ``/proc/swaps`` (which drives the host uses), and the
+  NVIDIA driver's ``/proc/driver/nvidia/gpus/<address>/information`` and
+  ``/proc/driver/nvidia/capabilities`` (a GPU's device minor, its MIG instances'
+  capability minors: the container edits of nvidia_gpu).
 
 Links are copied as links (sysfs links are relative, so the tree works anywhere) and never
 followed; a link that would leave the tree is dropped. Binary and bulky attributes
@@ -31,17 +36,49 @@ import re
 __all__ = ["RecordSummary", "record"]
 
 MAX_FILE = 64 * 1024
-CLASSES = ("nvme", "nvme-subsystem", "net", "block", "fpga", "fpga_region", "fpga_manager",
-           "fpga_bridge", "mdev_bus")
-BUS_LINKS = (("bus", "pci", "devices"), ("bus", "dfl", "devices"), ("bus", "mdev", "devices"))
-PROC_FILES = (("self", "mountinfo"), ("swaps",))
+CLASSES = (
+    "nvme",
+    "nvme-subsystem",
+    "net",
+    "block",
+    "fpga",
+    "fpga_region",
+    "fpga_manager",
+    "fpga_bridge",
+    "mdev_bus",
+    "drm",
+    "accel",
+    "hwmon",
+)
+BUS_LINKS: tuple[tuple[str, ...], ...] = (
+    ("bus", "pci", "devices"),
+    ("bus", "dfl", "devices"),
+    ("bus", "mdev", "devices"),
+)
+PROC_FILES: tuple[tuple[str, ...], ...] = (("self", "mountinfo"), ("swaps",))
+PROC_TREES: tuple[tuple[str, ...], ...] = (
+    ("driver", "nvidia", "gpus"),
+    ("driver", "nvidia", "capabilities"),
+)
 SKIP_FILES = re.compile(
     r"^(config|rom|vpd|edid|descriptors|nvmem|eeprom|resource(\d+(_wc)?)?|reset|remove|"
-    r"rescan|bind|unbind|new_id|remove_id)$")
-SKIP_DIRS = frozenset({"power", "msi_irqs", "statistics", "queues", "queue", "mq", "trace",
-                       "integrity", "hwmon", "thermal"})
+    r"rescan|bind|unbind|new_id|remove_id)$"
+)
+SKIP_DIRS = frozenset(
+    {
+        "power",
+        "msi_irqs",
+        "statistics",
+        "queues",
+        "queue",
+        "mq",
+        "trace",
+        "integrity",
+        "thermal",
+    }
+)
 _PCI_ROOT = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
-_VIRTUAL = (("devices", "virtual", "nvme-subsystem"),)
+_VIRTUAL: tuple[tuple[str, ...], ...] = (("devices", "virtual", "nvme-subsystem"),)
 _VIRTUAL_BLOCK = re.compile(r"^(dm-\d+|md\d+)$")
 
 
@@ -86,8 +123,9 @@ class _Recorder:
     def copy_link(self, rel: str, *, require_target: bool = False) -> None:
         target = os.readlink(self.src(rel))
         if os.path.isabs(target):
-            target = os.path.relpath(os.path.join(self.output, target.lstrip("/")),
-                                     os.path.dirname(self.dst(rel)))
+            target = os.path.relpath(
+                os.path.join(self.output, target.lstrip("/")), os.path.dirname(self.dst(rel))
+            )
         resolved = os.path.normpath(os.path.join(os.path.dirname(rel), target))
         if resolved == ".." or resolved.startswith(".." + os.sep) or os.path.isabs(resolved):
             self.summary.skipped.append(f"{rel}: link leaves the tree")
@@ -115,9 +153,11 @@ class _Recorder:
                 self.copy_file(child)
 
     def pci_roots(self) -> list[str]:
-        roots = {os.path.join("sys", "devices", name)
-                 for name in _listdir(self.src(os.path.join("sys", "devices")))
-                 if _PCI_ROOT.match(name)}
+        roots = {
+            os.path.join("sys", "devices", name)
+            for name in _listdir(self.src(os.path.join("sys", "devices")))
+            if _PCI_ROOT.match(name)
+        }
         devices = os.path.join("sys", "bus", "pci", "devices")
         for name in _listdir(self.src(devices)):
             real = os.path.realpath(self.src(os.path.join(devices, name)))
@@ -125,7 +165,7 @@ class _Recorder:
             parts = rel.split(os.sep)
             for i, part in enumerate(parts):
                 if _PCI_ROOT.match(part):
-                    roots.add(os.path.join(*parts[:i + 1]))
+                    roots.add(os.path.join(*parts[: i + 1]))
                     break
         return sorted(r for r in roots if not r.startswith(".."))
 
@@ -146,10 +186,17 @@ class _Recorder:
             self.copy_links(os.path.join("sys", *parts))
         for name in CLASSES:
             self.copy_links(os.path.join("sys", "class", name))
+        groups = os.path.join("sys", "kernel", "iommu_groups")
+        for name in _listdir(self.src(groups)):
+            self.copy_links(os.path.join(groups, name, "devices"))
         for parts in PROC_FILES:
             rel = os.path.join("proc", *parts)
             if os.path.exists(self.src(rel)):
                 self.copy_file(rel)
+        for parts in PROC_TREES:
+            rel = os.path.join("proc", *parts)
+            if os.path.isdir(self.src(rel)):
+                self.copy_tree(rel)
         return self.summary
 
     def copy_links(self, rel: str) -> None:

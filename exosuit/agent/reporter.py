@@ -1,19 +1,70 @@
 """Sends snapshots to ``PUT /agent/v1/hosts/{hostname}/inventory``.
 
-The HTTP session is a keystoneauth1 session passed in (with an auth plugin in
-a cloud, without one against a noauth API), so tests and `exosuit serve`
-hand it whatever they like.
+The HTTP session is passed in: a keystoneauth1 session (with an auth plugin in a
+cloud), the agent's own plain one against a noauth ``http://`` API (agent/http.py),
+or whatever tests and `exosuit serve` hand it; so is the clock that dates a
+``Retry-After``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import email.utils
-import time
+import json
+import math
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-from keystoneauth1 import exceptions as ksa_exc
+from exosuit.agent.clock import Clock, SystemClock
+from exosuit.agent.http import transport_errors, unreachable
 
-__all__ = ["ReportOutcome", "Reporter"]
+__all__ = [
+    "DESIRED_GENERATION_HEADER",
+    "ReportOutcome",
+    "Reporter",
+    "Response",
+    "Session",
+    "retry_after_seconds",
+]
+
+# The header a report names the generation of the desired state its agent holds with.
+DESIRED_GENERATION_HEADER = "Exosuit-Desired-Generation"
+
+
+class Response(Protocol):
+    """The parts of a keystoneauth (requests) response the reporter reads."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def text(self) -> str: ...
+
+    def json(self) -> Any: ...
+
+
+class Session(Protocol):
+    """The part of a keystoneauth1 session the reporter uses
+    (exosuit.agent.transport.WsgiSession is another)."""
+
+    @property
+    def auth(self) -> object:
+        """The auth plugin, or None: requests go unauthenticated."""
+        ...
+
+    def put(
+        self,
+        url: str,
+        *,
+        json: dict[str, Any],
+        raise_exc: bool,
+        timeout: float,
+        authenticated: bool,
+        headers: Mapping[str, str] | None = None,
+    ) -> Response: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,38 +74,62 @@ class ReportOutcome:
     kind: ``ok`` (acknowledged), ``resend`` (the API does not know the hash:
     send the whole snapshot), ``retry`` (try again after ``retry_after``
     seconds, or with backoff when None), ``rejected`` (the API refused this
-    snapshot; sending it again will not help).
+    snapshot; sending it again will not help). ``desired_state``: the answer's, None
+    when it had none (the API says the one the agent holds is current).
     """
 
     kind: str
     detail: str = ""
     retry_after: float | None = None
     changed: bool = False
-    desired_state: dict | None = None
+    desired_state: dict[str, Any] | None = None
 
 
-def _retry_after(value: str | None) -> float | None:
+def retry_after_seconds(value: str | None, now: float) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (RFC 9110: delay-seconds or an
+    HTTP date), counted from ``now`` (epoch seconds); never negative. None when the
+    header is absent or unreadable (the caller backs off instead), or not a finite
+    number (``inf`` would be a wait without end)."""
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    return max(0.0, when.timestamp() - time.time())
+    return max(0.0, when.timestamp() - now)
 
 
 class Reporter:
-    def __init__(self, session, endpoint: str, hostname: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        session: Session,
+        endpoint: str,
+        hostname: str,
+        timeout: float = 30.0,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        """``clock``: the time an HTTP-date ``Retry-After`` is counted from (default:
+        the real one; the agent passes the clock it waits with)."""
         self.session = session
-        self.url = f"{endpoint.rstrip('/')}/agent/v1/hosts/{hostname}/inventory"
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.endpoint = endpoint.rstrip("/")  # the API's base URL, without /v2
+        self.url = f"{self.endpoint}/agent/v1/hosts/{hostname}/inventory"
         self.timeout = timeout
 
-    def report(self, body: dict) -> ReportOutcome:
-        """PUT one body (a full snapshot, or ``{"schema_version", "hash"}`` only)."""
+    def report(self, body: dict[str, Any], *, holds: int | None = None) -> ReportOutcome:
+        """PUT one body (a full snapshot, or ``{"schema_version", "hash"}`` only).
+        ``holds``: the generation of the desired state the agent holds, sent as the
+        ``Exosuit-Desired-Generation`` header (the API then leaves the desired state out
+        of an unchanged answer while that generation is current; an older API ignores
+        the header and always sends it)."""
+        headers = {DESIRED_GENERATION_HEADER: str(holds)} if holds is not None else None
         try:
             response = self.session.put(
                 self.url,
@@ -62,28 +137,37 @@ class Reporter:
                 raise_exc=False,
                 timeout=self.timeout,
                 authenticated=self.session.auth is not None,
+                headers=headers,
             )
-        except ksa_exc.ConnectionError as error:
-            return ReportOutcome("retry", f"API unreachable: {error}")
-        except ksa_exc.ClientException as error:
-            return ReportOutcome("retry", f"API call failed: {error}")
+        except transport_errors() as error:
+            what = "API unreachable" if unreachable(error) else "API call failed"
+            return ReportOutcome("retry", f"{what}: {error}")
         status = response.status_code
         if status == 200:
             data = response.json()
-            return ReportOutcome("ok", changed=bool(data.get("changed")),
-                                 desired_state=data.get("desired_state") or {})
+            desired = data.get("desired_state")
+            return ReportOutcome(
+                "ok",
+                changed=bool(data.get("changed")),
+                desired_state=desired if isinstance(desired, dict) else None,
+            )
         detail = f"{status} {_message(response)}"
         if status == 412:
             return ReportOutcome("resend", detail)
         if status in (429, 503):
-            return ReportOutcome("retry", detail,
-                                 retry_after=_retry_after(response.headers.get("Retry-After")))
+            return ReportOutcome(
+                "retry",
+                detail,
+                retry_after=retry_after_seconds(
+                    response.headers.get("Retry-After"), self.clock.now()
+                ),
+            )
         if status >= 500 or status in (401, 403, 408):
             return ReportOutcome("retry", detail)
         return ReportOutcome("rejected", detail)
 
 
-def _message(response) -> str:
+def _message(response: Response) -> str:
     try:
         body = response.json()
     except ValueError:
@@ -91,9 +175,9 @@ def _message(response) -> str:
     inner = body.get("error_message") if isinstance(body, dict) else None
     if isinstance(inner, str):
         try:
-            import json
-
-            return json.loads(inner).get("faultstring", inner)
+            fault = json.loads(inner)
         except ValueError:
             return inner
+        # JSON that is not an object (a bare string, a number): the text as it is.
+        return str(fault.get("faultstring", inner)) if isinstance(fault, dict) else inner
     return str(body)[:500]

@@ -4,42 +4,83 @@ Order (outermost first) and why:
 
 1. ``RequestIdMiddleware`` - every response, even an auth failure, carries
    ``x-openstack-request-id``.
-2. authentication - keystonemiddleware (``auth_strategy = keystone``) or the
+2. ``LatencyMiddleware`` - times every request (auth failures included) into the
+   request latency histogram of /metrics, by route template, method and status class.
+3. authentication - keystonemiddleware (``auth_strategy = keystone``) or the
    noauth shim; public routes (``/``, ``/v2``, ``/healthz``) bypass it, as
    Cyborg's ``acl_public_routes`` do, since Nova discovers versions without a token.
-3. ``Application`` - routing, microversions, context, policy, handlers, and the
+4. ``Application`` - routing, microversions, context, policy, handlers, and the
    fault barrier that turns any unexpected exception into a JSON 500.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-import threading
+import time
 import uuid
+from wsgiref.types import WSGIApplication
 
 from oslo_config import cfg
 
 from exosuit import exceptions
 from exosuit.api import microversion, router, wsgi
+from exosuit.api.admission import Admission
 from exosuit.api.policies import make_enforcer
 from exosuit.api.policies.cache import DecisionCache
+from exosuit.api.report_cache import ReportCache, Version
+from exosuit.api.response_cache import ResponseCache
 from exosuit.context import RequestContext
+from exosuit.db import audit, changes
 from exosuit.db.api import Database
+from exosuit.db.inventory import HostReport
+from exosuit.metrics import RequestLatency
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["Application", "loadapp", "make_database"]
+__all__ = ["Application", "actor_of", "loadapp", "make_database"]
 
 _NOAUTH_HEADERS = ("HTTP_X_USER_ID", "HTTP_X_PROJECT_ID", "HTTP_X_ROLES", "HTTP_X_SERVICE_ROLES")
 
 
 def make_database(conf: cfg.ConfigOpts) -> Database:
-    return Database(
-        conf.database.connection,
-        pool_size=conf.database.max_pool_size,
-        max_overflow=conf.database.max_overflow,
-        sqlite_busy_timeout=conf.database.sqlite_busy_timeout,
-        max_retries=conf.database.max_retries,
+    return Database.from_conf(conf)
+
+
+# Names (hosts, projects, users, path arguments) are at most this long: the columns
+# that hold them are.
+MAX_NAME_LENGTH = 255
+_IDENTITY_HEADERS = ("HTTP_X_USER_ID", "HTTP_X_PROJECT_ID", "HTTP_X_DOMAIN_ID")
+
+
+def _raw_path(environ) -> str:
+    """The path as the server received it (for logs: it may not be UTF-8)."""
+    return repr(environ.get("PATH_INFO", ""))[1:-1]
+
+
+def _routable_path(req: wsgi.Request) -> str:
+    """The path to route. 400 when the path or the query is not UTF-8 or holds a NUL
+    (no resource has such a name, and no database takes it); 404 for a request target
+    that is not a path (``OPTIONS *``)."""
+    try:
+        path = req.path_info
+        query = req.GET  # parsed here, once: every handler reads it
+    except UnicodeDecodeError:
+        raise wsgi.ApiError(
+            400, "The request's path and query must be UTF-8.", "exosuit.request.encoding"
+        ) from None
+    if not path.startswith("/"):
+        raise _not_found(req)
+    if "\x00" in path or any("\x00" in k or "\x00" in v for k, v in query.items()):
+        raise wsgi.ApiError(
+            400, "The request's path and query must not contain NUL.", "exosuit.request.nul"
+        )
+    return router.normalize_path(path)
+
+
+def _not_found(req: wsgi.Request) -> wsgi.ApiError:
+    return wsgi.ApiError(
+        404, f"The resource {req.path_info} could not be found.", "exosuit.not_found"
     )
 
 
@@ -51,12 +92,26 @@ class Application:
         self.db = db
         self.enforcer = make_enforcer(conf)
         self.policy = DecisionCache(self.enforcer)
+        # Bodies of lists kept while their data's version is unchanged (deployables).
+        self.responses = ResponseCache()
         self.router = router.Router()
+        # This process's request latency histogram (LatencyMiddleware fills it).
+        self.latency = RequestLatency()
         roles = {"service"}
         if "keystone_authtoken" in conf and "service_token_roles" in conf.keystone_authtoken:
             roles = set(conf.keystone_authtoken.service_token_roles)
         self.service_token_roles = frozenset(roles)
-        self.inventory_slots = threading.BoundedSemaphore(conf.api.inventory_concurrency)
+        # What unchanged agent reports are answered from, while no process changed it.
+        self.host_reports: ReportCache[HostReport] = ReportCache(
+            Version(functools.partial(db.read, changes.version, changes.HOST_REPORTS)),
+            conf.api.report_cache_size,
+        )
+        self.inventory_admission = Admission(
+            conf.api.inventory_concurrency,
+            conf.api.inventory_wait,
+            message="The API is applying other hosts' inventories; retry later.",
+            code="exosuit.inventory.busy",
+        )
 
     def authorize(self, req: wsgi.Request, rule: str, target: dict | None = None) -> None:
         """Raise 403 unless the caller may do ``rule`` on ``target``."""
@@ -67,8 +122,9 @@ class Application:
             # such a caller would pass the project rules and, not being an admin, be
             # limited to "no project", that is see every project's ARQs. Every rule
             # is project-scoped, so a project is required.
-            raise wsgi.ApiError(403, f"Policy {rule} requires a project-scoped token.",
-                                "exosuit.policy.scope")
+            raise wsgi.ApiError(
+                403, f"Policy {rule} requires a project-scoped token.", "exosuit.policy.scope"
+            )
         if target is None:
             target = {"project_id": context.project_id, "user_id": context.user_id}
         self.policy.authorize(rule, target, context)
@@ -76,21 +132,27 @@ class Application:
     def __call__(self, environ, start_response):
         req = wsgi.Request(environ)
         req.app = self
-        path = router.normalize_path(req.path_info)
-        found = self.router.match(path)
         version = None
         versioned = False
         try:
+            path = _routable_path(req)
+            found = self.router.match(path)
             if found is None:
-                raise wsgi.ApiError(404, f"The resource {req.path_info} could not be found.",
-                                    "exosuit.not_found")
+                raise _not_found(req)
             route, args = found
+            environ["exosuit.route"] = route.template  # the latency's label
+            if any(len(value) > MAX_NAME_LENGTH for value in args.values()):
+                raise _not_found(req)  # no resource has so long a name
             versioned = route.versioned
             if versioned:
                 try:
                     version = microversion.parse(req.headers)
                 except microversion.VersionNotAcceptable as error:
                     raise wsgi.ApiError(406, str(error), "exosuit.microversion") from None
+                since = route.since_for(req.method)
+                if since is not None and not version.matches(since):
+                    versioned = False  # answered exactly as an unknown path
+                    raise _not_found(req)
             handler = route.methods.get(req.method)
             if handler is None:
                 raise wsgi.ApiError(
@@ -100,28 +162,54 @@ class Application:
                     headers=[("Allow", route.allow)],
                 )
             req.version = version
+            req.route_path = path
             req.route_args = args
             req.context = self._context(environ)
-            response = handler(req)
+            # Who the changes this request makes are recorded as (exosuit/db/audit.py).
+            with audit.acting(actor_of(route.template, args, req.context)):
+                response = handler(req)
         except Exception as error:  # the fault barrier
             api_error = wsgi.from_exception(error)
             if api_error is None:
-                LOG.exception("unexpected error in %s %s", req.method, req.path_info)
+                LOG.exception("unexpected error in %s %s", req.method, _raw_path(environ))
                 api_error = wsgi.ApiError(
-                    500, "An unexpected error occurred; the server log has the details.",
+                    500,
+                    "An unexpected error occurred; the server log has the details.",
                     "exosuit.internal",
                 )
             elif isinstance(error, exceptions.ExosuitError) or api_error.status >= 500:
-                LOG.info("%s %s: %s", req.method, req.path_info, api_error.message)
+                LOG.info("%s %s: %s", req.method, _raw_path(environ), api_error.message)
             response = wsgi.error_response(api_error)
         if versioned:
             response.headerlist.extend(microversion.response_headers(version))
         return response(environ, start_response)
 
     def _context(self, environ) -> RequestContext:
+        for header in _IDENTITY_HEADERS:
+            value = environ.get(header)
+            if value is not None and (len(value) > MAX_NAME_LENGTH or "\x00" in value):
+                name = header[len("HTTP_") :].replace("_", "-").title()
+                raise wsgi.ApiError(
+                    400,
+                    f"{name} must be at most {MAX_NAME_LENGTH} characters, without NUL.",
+                    "exosuit.request.identity",
+                )
         context = RequestContext.from_environ(environ)
         context.service_token_roles = self.service_token_roles
         return context
+
+
+def actor_of(template: str, args: dict[str, str], context: RequestContext) -> audit.Actor:
+    """Who a request acts as, for the audit trail: the host's agent on its agent API
+    (``host:<name>``), a service that sent its service token (Nova: ``service:<user>``),
+    else the caller (``user:<user>``); with the caller's user, project and request id."""
+    if template.startswith("/agent/") and "hostname" in args:
+        name = f"host:{args['hostname']}"
+    elif context.has_service_token:
+        name = f"service:{context.user_id}"
+    else:
+        name = f"user:{context.user_id}"
+    return audit.Actor(name, context.user_id, context.project_id, context.request_id)
 
 
 class NoAuthMiddleware:
@@ -145,22 +233,28 @@ class NoAuthMiddleware:
 
 
 class PublicRoutes:
-    """Send public routes to ``public`` (no authentication), the rest to ``protected``."""
+    """Send public routes to ``public`` (no authentication), the rest to ``protected``.
+
+    A path ending in ``/*`` makes everything under it public (the dashboard's files).
+    """
 
     def __init__(self, protected, public, paths) -> None:
         self.protected = protected
         self.public = public
-        self.paths = {p.rstrip("/") or "/" for p in paths}
+        self.paths = {p.rstrip("/") or "/" for p in paths if not p.endswith("/*")}
+        self.prefixes = tuple(p[:-1] for p in paths if p.endswith("/*"))
 
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "/")
         path = path.rstrip("/") or "/"
-        if path in self.paths:
+        if path in self.paths or path.startswith(self.prefixes):
             return self.public(environ, start_response)
         return self.protected(environ, start_response)
 
 
 class RequestIdMiddleware:
+    application: Application  # set by loadapp: the app at the end of the pipeline
+
     def __init__(self, app) -> None:
         self.app = app
 
@@ -175,9 +269,77 @@ class RequestIdMiddleware:
         return self.app(environ, _start)
 
 
+# Methods the latency histogram names; any other is counted as "other".
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+class LatencyMiddleware:
+    """Time each request, from its arrival until its body is sent (the server closes the
+    body's iterator), into ``application.latency``, labelled with bounded values only:
+    the route template the application matched (or the one the path names, for a request
+    refused before routing: keystonemiddleware's 401; else ``unmatched``), the method
+    (``other`` if unknown) and the status class (``2xx`` …; ``5xx`` if the app raised)."""
+
+    def __init__(self, app, application: Application) -> None:
+        self.app = app
+        self.application = application
+
+    def __call__(self, environ, start_response):
+        began = time.perf_counter()
+        status: list[str] = []
+
+        def _start(line, headers, exc_info=None):
+            status[:] = [line]
+            return start_response(line, headers, exc_info)
+
+        try:
+            body = self.app(environ, _start)
+        except BaseException:
+            self._observe(environ, ["500"], began)
+            raise
+        if isinstance(body, list | tuple):  # sent whole (webob's bodies): done now
+            self._observe(environ, status, began)
+            return body
+        return _Timed(body, lambda: self._observe(environ, status, began))
+
+    def _observe(self, environ, status: list[str], began: float) -> None:
+        elapsed = time.perf_counter() - began
+        route = environ.get("exosuit.route") or self._route(environ.get("PATH_INFO", "/"))
+        method = environ.get("REQUEST_METHOD", "")
+        method = method if method in _METHODS else "other"
+        status_class = status[0][:1] + "xx" if status else "5xx"
+        self.application.latency.observe(route, method, status_class, elapsed)
+
+    def _route(self, path: str) -> str:
+        if not path.startswith("/"):  # a request target that is not a path: OPTIONS *
+            return "unmatched"
+        found = self.application.router.match(router.normalize_path(path))
+        return found[0].template if found is not None else "unmatched"
+
+
+class _Timed:
+    """A streamed body that calls ``done`` once the server closes it."""
+
+    def __init__(self, body, done) -> None:
+        self.body = body
+        self.done = done
+
+    def __iter__(self):
+        return iter(self.body)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self.body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self.done()
+
+
 def loadapp(conf: cfg.ConfigOpts, db: Database | None = None):
     """The WSGI application for ``conf`` (and ``db``, made from conf if not given)."""
     app = Application(conf, db or make_database(conf))
+    public: WSGIApplication
     if conf.api.auth_strategy == "keystone":
         from keystonemiddleware import auth_token
 
@@ -188,7 +350,7 @@ def loadapp(conf: cfg.ConfigOpts, db: Database | None = None):
     else:
         protected = NoAuthMiddleware(app)
         public = protected
-    pipeline = PublicRoutes(protected, public, conf.api.public_routes)
-    pipeline = RequestIdMiddleware(pipeline)
+    routes = PublicRoutes(protected, public, conf.api.public_routes)
+    pipeline = RequestIdMiddleware(LatencyMiddleware(routes, app))
     pipeline.application = app  # for tests and `exosuit serve`
     return pipeline

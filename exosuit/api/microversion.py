@@ -19,6 +19,13 @@ VERSIONS = [
     "2.3",  # 2023.2: device `status` (enabled/maintaining) on device list/show.
     "2.4",  # Exosuit: limit/marker/sort_key/sort_dir and `next` on every list; ARQ list
     #         filters state/hostname/device_profile_name/instance; device `presence`.
+    "2.5",  # Exosuit: fleet views: /v2/hosts, /v2/attach_handles, /v2/jobs (+ retry), /v2/summary.
+    "2.6",  # Exosuit: programming: /v2/images (catalogue); PATCH …/program answers 202 and
+    #         GET /v2/deployables/{uuid}/program shows the program's state.
+    "2.7",  # Exosuit: devices' activation, services and usage; /v2/device_activations,
+    #         /v2/services, /v2/drivers (+ install/update/uninstall), /v2/discoveries.
+    "2.8",  # Exosuit: standalone claims: /v2/claims (+ renew); ARQs show claim_uuid.
+    "2.9",  # Exosuit: running a fleet: device health, drain, partitions, audit.
 ]
 
 Version = microversion_parse.Version

@@ -11,11 +11,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import re
 import uuid as uuidlib
 from typing import Any
 
 import fastjsonschema
-import jsonschema
+
+# jsonschema ships no types (types-jsonschema is not installed, nor is it in pyproject's
+# ignore_missing_imports list).
+import jsonschema  # type: ignore[import-untyped]
 import webob
 from oslo_policy import policy as oslo_policy
 
@@ -26,6 +30,8 @@ LOG = logging.getLogger(__name__)
 __all__ = [
     "ApiError",
     "Request",
+    "encode_json",
+    "encoded_json_response",
     "error_response",
     "extract_json",
     "format_time",
@@ -36,9 +42,13 @@ _STATUS_BY_EXCEPTION: list[tuple[type[Exception], int]] = [
     (exceptions.NotFound, 404),
     (exceptions.Conflict, 409),
     (exceptions.Invalid, 400),
+    (exceptions.ImageInvalid, 400),
+    (exceptions.ImageTooLarge, 413),
     (exceptions.ServiceTokenRequired, 403),
     (exceptions.ARQUnresolved, 423),
     (exceptions.DatabaseUnavailable, 503),
+    (exceptions.GlanceUnavailable, 503),
+    (exceptions.GlanceError, 502),
 ]
 
 
@@ -81,6 +91,8 @@ class Request(webob.BaseRequest):
     app: Any = None
     context: Any = None
     version: Any = None
+    # The path as routed (without a trailing slash, under /v2) and its arguments.
+    route_path: str = ""
     route_args: dict[str, str] = {}
 
     def arg(self, name: str) -> str:
@@ -109,17 +121,32 @@ def format_time(value: dt.datetime | None) -> str | None:
     return value.replace(microsecond=0, tzinfo=dt.UTC).isoformat()
 
 
+def encode_json(body: Any) -> bytes:
+    """A JSON body as every response writes it (compact)."""
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
 def json_response(status: int, body: Any = None, headers=None) -> webob.Response:
     if body is not None:
-        # The headers are written out: webob's property setters cost more than the rest.
-        data = json.dumps(body, separators=(",", ":")).encode()
-        return webob.Response(body=data, status=status, headerlist=[
-            *(headers or []), ("Content-Type", "application/json"),
-            ("Content-Length", str(len(data)))])
+        return encoded_json_response(status, encode_json(body), headers)
     response = webob.Response(status=status, headerlist=list(headers or []))
     if status in (204, 304):
         response.headerlist = [h for h in response.headerlist if h[0] != "Content-Type"]
     return response
+
+
+def encoded_json_response(status: int, data: bytes, headers=None) -> webob.Response:
+    """A response whose JSON body is already encoded (``encode_json``)."""
+    # The headers are written out: webob's property setters cost more than the rest.
+    return webob.Response(
+        body=data,
+        status=status,
+        headerlist=[
+            *(headers or []),
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(len(data))),
+        ],
+    )
 
 
 def error_response(error: ApiError) -> webob.Response:
@@ -133,18 +160,95 @@ def error_response(error: ApiError) -> webob.Response:
 
 
 def extract_json(req: webob.BaseRequest, schema: dict | None = None) -> Any:
-    """The request's JSON body, validated against ``schema``: 400 on failure."""
-    if req.content_length == 0 or not req.body:
+    """The request's JSON body, validated against ``schema``: 400 on failure.
+
+    The body is read once from the input stream: ``req.body`` would first make it
+    seekable, spooling a large one to a temporary file nobody closes.
+    """
+    body = _read_body(req)
+    if not body:
         raise ApiError(400, "Request body is required.", "exosuit.body.missing")
     try:
-        data = json.loads(req.body)
+        data = json.loads(body, parse_constant=_not_json)
+    except RecursionError:
+        raise ApiError(400, "The request body is nested too deeply.", "exosuit.body.json") from None
     except (ValueError, UnicodeDecodeError) as error:
         raise ApiError(
             400, f"Malformed JSON in request body: {error}", "exosuit.body.json"
         ) from None
+    if _SUSPECT_ESCAPE.search(body) and not _clean_strings(data):
+        raise ApiError(
+            400,
+            "Strings in the request body must be valid Unicode without NUL characters "
+            "(no lone surrogate, no \\u0000).",
+            "exosuit.body.string",
+        )
     if schema is not None:
         validate(data, schema)
     return data
+
+
+def _not_json(constant: str) -> Any:
+    """NaN, Infinity and -Infinity: Python's parser takes them, JSON has no such number."""
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+# Escapes that decode to what no database stores: NUL, and surrogates (a lone one is not
+# Unicode; a pair decodes to one character, and passes).
+_SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
+
+
+def _read_body(req: webob.BaseRequest) -> bytes:
+    """The body, at most ``[api] max_body_size`` bytes (``max_agent_body_size`` for the
+    agent API): 413 above, 400 when it cannot be read (a malformed chunked body)."""
+    conf = getattr(getattr(req, "app", None), "conf", None)
+    limit = _DEFAULT_BODY_LIMIT
+    if conf is not None:
+        agent = getattr(req, "route_path", "").startswith("/agent/")
+        limit = conf.api.max_agent_body_size if agent else conf.api.max_body_size
+    length = req.content_length
+    if length is not None and length > limit:
+        raise _too_large(limit)
+    if length == 0:
+        return b""
+    try:
+        body = req.body_file.read() if length is not None else req.body_file.read(limit + 1)
+    except (ValueError, OSError) as error:
+        raise ApiError(
+            400, f"The request body could not be read: {error}", "exosuit.body.unreadable"
+        ) from None
+    if len(body) > limit:
+        raise _too_large(limit)
+    return body
+
+
+_DEFAULT_BODY_LIMIT = 1024 * 1024
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(
+        413, f"The request body is larger than {limit} bytes.", "exosuit.body.too_large"
+    )
+
+
+def _clean_strings(data: Any) -> bool:
+    """Whether every string (keys too) is valid Unicode and free of NUL."""
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return False
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
 
 
 _VALIDATORS: dict[int, tuple] = {}
@@ -169,8 +273,9 @@ def validate(data: Any, schema: dict) -> None:
     except fastjsonschema.JsonSchemaValueException as fast_error:
         error = jsonschema.exceptions.best_match(validator.iter_errors(data))
         if error is None:  # the two disagree: trust the stricter one
-            raise ApiError(400, f"Invalid request body: {fast_error.message}",
-                           "exosuit.body.invalid") from None
+            raise ApiError(
+                400, f"Invalid request body: {fast_error.message}", "exosuit.body.invalid"
+            ) from None
     where = "/".join(str(p) for p in error.absolute_path) or "(body)"
     raise ApiError(
         400,

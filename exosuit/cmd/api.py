@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 
 from gunicorn.app.base import BaseApplication
 
@@ -52,23 +54,53 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(conf.debug)
     _check_schema(conf)
     workers = conf.api.workers or os.cpu_count() or 1
-    print(f"exosuit-api listening on http://{conf.api.host_ip}:{conf.api.port}/v2 with "
-          f"{workers} {conf.api.server} worker(s)", flush=True)
+    metrics_dir = _multiprocess_metrics(workers)
+    print(
+        f"exosuit-api listening on http://{conf.api.host_ip}:{conf.api.port}/v2 with "
+        f"{workers} {conf.api.server} worker(s)",
+        flush=True,
+    )
+    try:
+        _serve(conf, args.config_file, workers)
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+    return 0
+
+
+def _multiprocess_metrics(workers: int) -> str | None:
+    """With several workers on one address, a scrape of /metrics reaches any one of them:
+    prometheus-client's multiprocess mode has each keep its request latency in a file of
+    a folder that every worker's /metrics sums (doc/metrics.md). The folder is made here,
+    new and empty, before anything imports prometheus-client (it reads the variable once,
+    at import; the workers inherit it), and removed at exit. An operator's own
+    PROMETHEUS_MULTIPROC_DIR is kept as given (it must be emptied before each start)."""
+    if workers < 2 or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return None
+    if "prometheus_client" in sys.modules:
+        raise RuntimeError("prometheus_client was imported before its multiprocess folder was set")
+    path = tempfile.mkdtemp(prefix="exosuit-api-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    return path
+
+
+def _serve(conf, config_files: list[str], workers: int) -> None:
     if conf.api.server == "granian":
-        _run_granian(conf, args.config_file, workers)
-        return 0
+        _run_granian(conf, config_files, workers)
+        return
     options = {
         "bind": f"{conf.api.host_ip}:{conf.api.port}",
         "workers": workers,
         "threads": conf.api.threads,
         "worker_class": "gthread",
         "keepalive": 30,
+        "backlog": conf.api.backlog,
+        "graceful_timeout": conf.api.shutdown_timeout,
         "accesslog": None,
         "preload_app": False,
         "proc_name": "exosuit-api",
     }
     _Gunicorn(conf, options).run()
-    return 0
 
 
 def _run_granian(conf, config_files: list[str], workers: int) -> None:
@@ -76,8 +108,7 @@ def _run_granian(conf, config_files: list[str], workers: int) -> None:
     from granian import Granian
     from granian.constants import Interfaces
 
-    os.environ["EXOSUIT_CONFIG_FILE"] = os.pathsep.join(os.path.abspath(f)
-                                                        for f in config_files)
+    os.environ["EXOSUIT_CONFIG_FILE"] = os.pathsep.join(os.path.abspath(f) for f in config_files)
     Granian(
         "exosuit.wsgi:application",
         address=conf.api.host_ip,
@@ -88,14 +119,16 @@ def _run_granian(conf, config_files: list[str], workers: int) -> None:
         websockets=False,
         respawn_failed_workers=True,
         log_access=False,
+        backlog=conf.api.backlog,
+        workers_kill_timeout=conf.api.shutdown_timeout,
     ).serve()
 
 
 def _check_schema(conf) -> None:
-    from exosuit.api.deploy import make_database
     from exosuit.db import migration
+    from exosuit.db.api import Database
 
-    db = make_database(conf)
+    db = Database.from_conf(conf)
     try:
         current, head = migration.current_revision(db), migration.head_revision()
     finally:

@@ -27,18 +27,14 @@ def _database(conf):
     from exosuit.db import migration
     from exosuit.db.api import Database
 
-    # NOTE: not exosuit.api.deploy.make_database: that would import the whole API
-    # stack (a second of start-up) into a process that serves no HTTP.
-    db = Database(conf.database.connection, pool_size=conf.database.max_pool_size,
-                  max_overflow=conf.database.max_overflow,
-                  sqlite_busy_timeout=conf.database.sqlite_busy_timeout,
-                  max_retries=conf.database.max_retries)
+    db = Database.from_conf(conf)
     current, head = migration.current_revision(db), migration.head_revision()
     if current != head:
         db.dispose()
         raise SystemExit(
             f"exosuit-conductor: the database schema is at {current or 'nothing'}, not "
-            f"{head}; run `exosuit-manage db upgrade` (with the same --config-file) first.")
+            f"{head}; run `exosuit-manage db upgrade` (with the same --config-file) first."
+        )
     return db
 
 
@@ -55,11 +51,13 @@ def _run(args) -> int:
         if conductor.finished:
             return
         if conductor.stopping:
-            LOG.warning("signal %d again: exiting now; the jobs in hand will be claimed "
-                        "again when their leases expire", signum)
+            LOG.warning(
+                "signal %d again: exiting now; the jobs in hand will be claimed "
+                "again when their leases expire",
+                signum,
+            )
             os._exit(1)
-        LOG.info("signal %d: finishing the jobs in hand (send it again to exit at once)",
-                 signum)
+        LOG.info("signal %d: finishing the jobs in hand (send it again to exit at once)", signum)
         conductor.request_stop()
 
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -74,7 +72,7 @@ def _run(args) -> int:
 
 
 def _status(args) -> int:
-    from exosuit.conductor import jobs
+    from exosuit.db import jobs
 
     conf = make_conf(args.config_file)
     db = _database(conf)
@@ -91,8 +89,16 @@ def _status(args) -> int:
     if not listed:
         return 0
     print()
-    header = ("ID", "KIND", "STATE", "ATTEMPTS", "DUE/LEASE UNTIL (UTC)", "KEY", "WORKER",
-              "LAST ERROR")
+    header = (
+        "ID",
+        "KIND",
+        "STATE",
+        "ATTEMPTS",
+        "DUE/LEASE UNTIL (UTC)",
+        "KEY",
+        "WORKER",
+        "LAST ERROR",
+    )
     rows = [header] + [_row(job) for job in listed]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
     for row in rows:
@@ -103,13 +109,20 @@ def _status(args) -> int:
 def _row(job: dict) -> tuple[str, ...]:
     when = job["lease_expires_at"] if job["state"] == "running" else job["run_after"]
     error = (job["last_error"] or "").splitlines()[0:1]
-    return (str(job["id"]), job["kind"], job["state"], str(job["attempts"]),
-            when.isoformat(sep=" ", timespec="seconds") if when else "-",
-            job["key"] or "-", job["worker"] or "-", (error[0] if error else "")[:120])
+    return (
+        str(job["id"]),
+        job["kind"],
+        job["state"],
+        str(job["attempts"]),
+        when.isoformat(sep=" ", timespec="seconds") if when else "-",
+        job["key"] or "-",
+        job["worker"] or "-",
+        (error[0] if error else "")[:120],
+    )
 
 
 def _retry(args) -> int:
-    from exosuit.conductor import jobs
+    from exosuit.db import jobs
 
     conf = make_conf(args.config_file)
     db = _database(conf)
@@ -124,37 +137,47 @@ def _retry(args) -> int:
     return 0
 
 
-def _sub_config_argument(parser: argparse.ArgumentParser) -> None:
-    # SUPPRESS: a --config-file given before the subcommand is kept.
-    parser.add_argument("--config-file", action="append", default=argparse.SUPPRESS,
-                        metavar="PATH", help="INI configuration file (may be repeated).")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="exosuit-conductor", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="exosuit-conductor",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_config_argument(parser)
-    parser.add_argument("--workers", type=int, metavar="N",
-                        help="Worker threads in this process ([conductor] workers).")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="Worker threads in this process ([conductor] workers).",
+    )
     parser.set_defaults(func=_run)
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="Run the workers (the default).")
-    _sub_config_argument(run)
-    run.add_argument("--workers", type=int, metavar="N", default=argparse.SUPPRESS,
-                     help="Worker threads in this process ([conductor] workers).")
+    add_config_argument(run, subcommand=True)
+    run.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        default=argparse.SUPPRESS,
+        help="Worker threads in this process ([conductor] workers).",
+    )
     run.set_defaults(func=_run)
-    status = sub.add_parser("status", help="Count jobs by state and list the unfinished "
-                            "and failed ones.")
-    _sub_config_argument(status)
-    status.add_argument("--state", action="append", choices=STATES,
-                        help="List jobs in this state (may be repeated; default: pending, "
-                        "running and failed).")
+    status = sub.add_parser(
+        "status", help="Count jobs by state and list the unfinished and failed ones."
+    )
+    add_config_argument(status, subcommand=True)
+    status.add_argument(
+        "--state",
+        action="append",
+        choices=STATES,
+        help="List jobs in this state (may be repeated; default: pending, running and failed).",
+    )
     status.add_argument("--kind", help="List only jobs of this kind.")
     status.add_argument("--limit", type=int, default=50, help="List at most this many jobs.")
     status.add_argument("--format", choices=("table", "json"), default="table")
     status.set_defaults(func=_status)
     retry = sub.add_parser("retry", help="Make a failed job pending again (attempts reset).")
-    _sub_config_argument(retry)
+    add_config_argument(retry, subcommand=True)
     retry.add_argument("job_id", type=int)
     retry.set_defaults(func=_retry)
     args = parser.parse_args(argv)

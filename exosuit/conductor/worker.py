@@ -25,12 +25,9 @@ finished jobs. See doc/conductor.md.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-import importlib
 import json
 import logging
 import os
-import random
 import socket
 import threading
 import time
@@ -38,13 +35,13 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy import exc
-
 from exosuit import exceptions
-from exosuit.conductor import jobs as jobs_api
-from exosuit.conductor.jobs import FAILED, PENDING, RUNNING, SUCCEEDED, JobContext, RetryLater
-from exosuit.db import models
+from exosuit.backoff import backoff_delay
+from exosuit.conductor import kinds
+from exosuit.db import audit
+from exosuit.db import jobs as jobs_db
+from exosuit.db.jobs import FAILED, PENDING, SUCCEEDED, ClaimedJob
+from exosuit.jobs import Handler, Interval, JobContext, RetryLater
 
 __all__ = [
     "ClaimedJob",
@@ -53,14 +50,11 @@ __all__ = [
     "Services",
     "Settings",
     "Worker",
-    "backoff_delay",
-    "load_handler_modules",
     "purge_finished",
     "schedule_periodic",
 ]
 
 LOG = logging.getLogger(__name__)
-jobs = models.jobs
 
 # Longest last_error kept in the table (the full traceback goes to the log).
 MAX_ERROR_LENGTH = 2000
@@ -96,19 +90,6 @@ class Settings:
 
 
 @dataclasses.dataclass(frozen=True)
-class ClaimedJob:
-    """A job this worker owns until ``lease_expires_at`` (renewed while it runs)."""
-
-    id: int
-    kind: str
-    key: str | None
-    payload: str
-    attempts: int
-    worker: str
-    lease_expires_at: dt.datetime
-
-
-@dataclasses.dataclass(frozen=True)
 class Outcome:
     """What became of one run: ``state`` is the job's new state (``pending`` for a
     retry); ``recorded`` is False when the lease was lost and nothing was written."""
@@ -122,19 +103,6 @@ class Outcome:
     retry_in: float | None = None
 
 
-def backoff_delay(failures: int, base: float, maximum: float,
-                  rng: random.Random | None = None) -> float:
-    """Seconds to wait after the ``failures``-th failed attempt.
-
-    ``base * 2 ** (failures - 1)``, capped at ``maximum``, then scaled by a random
-    factor in [0.5, 1] so that jobs that failed together do not retry together.
-    """
-    if failures < 1:
-        return 0.0
-    delay = min(maximum, base * 2 ** min(failures - 1, 62))
-    return delay * (rng or random).uniform(0.5, 1.0)
-
-
 class Services(dict):
     """``ctx.services``: each registered service is built from the configuration the
     first time a handler asks for it, then shared by the process's workers.
@@ -146,7 +114,7 @@ class Services(dict):
     def __init__(self, conf, factories: Mapping[str, Callable[[Any], Any]] | None = None):
         super().__init__()
         self._conf = conf
-        self._factories = jobs_api.SERVICE_FACTORIES if factories is None else factories
+        self._factories = kinds.load(conf).services if factories is None else factories
         self._lock = threading.Lock()
 
     def __missing__(self, name: str) -> Any:
@@ -163,26 +131,9 @@ class Services(dict):
             return default
 
 
-def load_handler_modules(conf) -> None:
-    """Import the modules that register handlers, services and periodic jobs."""
-    for name in [*jobs_api.HANDLER_MODULES, *conf.conductor.handler_modules]:
-        importlib.import_module(name)
-
-
-def _now() -> dt.datetime:
-    return models.utcnow()
-
-
-def _seconds(value: float) -> dt.timedelta:
-    return dt.timedelta(seconds=value)
-
-
 def _describe(error: BaseException) -> str:
     text = f"{type(error).__name__}: {error}"
-    return text if len(text) <= MAX_ERROR_LENGTH else text[:MAX_ERROR_LENGTH - 1] + "…"
-
-
-_LOST = object()  # a claim that failed an expired job for good instead of running it
+    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 1] + "…"
 
 
 class Worker:
@@ -194,14 +145,25 @@ class Worker:
     that runs longer than the lease must call ``ctx.heartbeat()``.
     """
 
-    def __init__(self, conf, db, *, name: str = "worker", settings: Settings | None = None,
-                 handlers: Mapping[str, jobs_api.Handler] | None = None,
-                 services: Services | None = None) -> None:
+    def __init__(
+        self,
+        conf,
+        db,
+        *,
+        name: str = "worker",
+        settings: Settings | None = None,
+        handlers: Mapping[str, Handler] | None = None,
+        services: Services | None = None,
+    ) -> None:
         self.conf = conf
         self.db = db
         self.settings = settings or Settings.from_conf(conf)
-        self.handlers = jobs_api.HANDLERS if handlers is None else handlers
-        self.services = services if services is not None else Services(conf)
+        if handlers is None or services is None:
+            registry = kinds.load(conf)
+            handlers = registry.handlers if handlers is None else handlers
+            services = Services(conf, registry.services) if services is None else services
+        self.handlers = handlers
+        self.services = services
         self.name = name
         self.id = f"{socket.gethostname()}:{os.getpid()}:{name}:{uuid.uuid4().hex[:8]}"
         self._current: tuple[ClaimedJob, JobContext] | None = None
@@ -209,88 +171,30 @@ class Worker:
 
     # Claiming
 
-    def _due(self, now: dt.datetime):
-        other = jobs.alias("other")
-        key_busy = sa.exists().where(
-            other.c.key == jobs.c.key, other.c.id != jobs.c.id,
-            other.c.state == RUNNING, other.c.lease_expires_at > now,
-        )
-        return sa.and_(
-            sa.or_(
-                sa.and_(jobs.c.state == PENDING, jobs.c.run_after <= now),
-                sa.and_(jobs.c.state == RUNNING, jobs.c.lease_expires_at <= now),
-            ),
-            # NOTE: best effort: a job does not start while another job of its key
-            # runs (a newer "sync host X" waits for the older one). Two jobs of one
-            # key enqueued at the same instant may still run together.
-            sa.or_(jobs.c.key.is_(None), ~key_busy),
-        )
-
-    def _has_due(self) -> bool:
-        """A cheap read first, so that an idle worker takes no write lock."""
-        def read(conn):
-            return conn.execute(
-                sa.select(jobs.c.id).where(self._due(_now())).limit(1)).first() is not None
-        return self.db.read(read)
-
-    def _claim(self, conn):
-        now = _now()
-        query = (
-            sa.select(jobs.c.id, jobs.c.kind, jobs.c.key, jobs.c.payload, jobs.c.state,
-                      jobs.c.attempts, jobs.c.worker)
-            .where(self._due(now))
-            .order_by(jobs.c.run_after, jobs.c.id)
-            .limit(1)
-        )
-        if self.db.supports_skip_locked:
-            query = query.with_for_update(skip_locked=True)
-        row = conn.execute(query).first()
-        if row is None:
-            return None
-        values: dict[str, Any] = {"updated_at": now}
-        guard = [jobs.c.id == row.id, jobs.c.state == row.state]
-        attempts = row.attempts
-        if row.state == RUNNING:
-            # The worker that held it died or stalled: that attempt failed.
-            attempts += 1
-            values["attempts"] = attempts
-            values["last_error"] = (f"lease expired: worker {row.worker} did not finish "
-                                    "(killed or stalled)")
-            guard += [jobs.c.worker == row.worker, jobs.c.lease_expires_at <= now]
-            if attempts >= self.settings.max_attempts:
-                values.update(state=FAILED, lease_expires_at=None)
-                conn.execute(sa.update(jobs).where(*guard).values(**values))
-                LOG.warning("job %s %s failed for good after %d attempts: %s", row.id,
-                            row.kind, attempts, values["last_error"])
-                return _LOST
-        lease = now + _seconds(self.settings.lease_seconds)
-        values.update(state=RUNNING, worker=self.id, lease_expires_at=lease)
-        result = conn.execute(sa.update(jobs).where(*guard).values(**values))
-        if result.rowcount != 1:  # cannot happen under the row lock / single writer
-            raise AssertionError(f"job {row.id} changed under its lock")
-        return ClaimedJob(id=row.id, kind=row.kind, key=row.key, payload=row.payload,
-                          attempts=attempts, worker=self.id, lease_expires_at=lease)
-
     def claim(self) -> ClaimedJob | None:
         """Claim the oldest due job, or return None when none is due."""
-        while self._has_due():
-            claimed = self.db.write(self._claim)
-            if claimed is not _LOST:
+        while self.db.read(jobs_db.has_due):
+            claimed = self.db.write(
+                jobs_db.claim,
+                self.id,
+                lease_seconds=self.settings.lease_seconds,
+                max_attempts=self.settings.max_attempts,
+                skip_locked=self.db.supports_skip_locked,
+            )
+            if isinstance(claimed, ClaimedJob) or claimed is None:
                 return claimed
+            LOG.warning(
+                "a job whose worker died failed for good after %d attempts "
+                "(exosuit-conductor status shows it)",
+                self.settings.max_attempts,
+            )
         return None
 
     # Leases
 
     def renew(self, job: ClaimedJob) -> bool:
         """Extend the lease of ``job``; False if this worker no longer owns it."""
-        def write(conn):
-            now = _now()
-            return conn.execute(
-                sa.update(jobs)
-                .where(jobs.c.id == job.id, jobs.c.worker == self.id, jobs.c.state == RUNNING)
-                .values(lease_expires_at=now + _seconds(self.settings.lease_seconds))
-            ).rowcount == 1
-        return self.db.write(write)
+        return self.db.write(jobs_db.renew, job.id, self.id, self.settings.lease_seconds)
 
     def heartbeat(self) -> None:
         """Renew the lease of the job running now, if any (the conductor calls this)."""
@@ -305,19 +209,23 @@ class Worker:
             try:
                 owned = self.renew(job)
             except exceptions.DatabaseUnavailable as error:
-                LOG.warning("job %s %s: could not renew its lease: %s", job.id, job.kind,
-                            error)
+                LOG.warning("job %s %s: could not renew its lease: %s", job.id, job.kind, error)
                 return
         if not owned:
             ctx.lease_lost.set()
-            LOG.warning("job %s %s: lease lost by %s; another worker may run it now",
-                        job.id, job.kind, self.id)
+            LOG.warning(
+                "job %s %s: lease lost by %s; another worker may run it now",
+                job.id,
+                job.kind,
+                self.id,
+            )
 
     # Running
 
     def _context(self, job: ClaimedJob) -> JobContext:
-        ctx = JobContext(self.conf, self.db, self.services, job_id=job.id, kind=job.kind,
-                         attempts=job.attempts)
+        ctx = JobContext(
+            self.conf, self.db, self.services, job_id=job.id, kind=job.kind, attempts=job.attempts
+        )
 
         def renew() -> bool:
             if not self.renew(job):
@@ -336,10 +244,16 @@ class Worker:
         handler = self.handlers.get(job.kind)
         if handler is None:
             self._release()
-            outcome = self._record(job, FAILED, error=(
-                f"no handler for job kind {job.kind!r} in this conductor (is the module "
-                "that registers it in jobs.HANDLER_MODULES or [conductor] "
-                "handler_modules?)"), attempts=job.attempts + 1)
+            outcome = self._record(
+                job,
+                FAILED,
+                error=(
+                    f"no handler for job kind {job.kind!r} in this conductor (is the module "
+                    "that declares it in exosuit/conductor/kinds.py IN_TREE or [conductor] "
+                    "handler_modules?)"
+                ),
+                attempts=job.attempts + 1,
+            )
         else:
             outcome = self._run(job, ctx, handler)
         self._log(job, outcome, time.monotonic() - started)
@@ -353,59 +267,81 @@ class Worker:
     def _run(self, job: ClaimedJob, ctx: JobContext, handler) -> Outcome:
         try:
             try:
-                handler(ctx, json.loads(job.payload))
+                # The changes a job makes are the conductor's (exosuit/db/audit.py).
+                with audit.acting(audit.Actor(audit.CONDUCTOR, request_id=f"job-{job.id}")):
+                    handler(ctx, json.loads(job.payload))
             finally:
                 self._release()
         except RetryLater as later:
-            return self._record(job, PENDING, error=f"retry later: {later}",
-                                attempts=job.attempts, delay=later.delay)
+            return self._record(
+                job,
+                PENDING,
+                error=f"retry later: {later}",
+                attempts=job.attempts,
+                delay=later.delay,
+            )
         except Exception as error:
             LOG.debug("job %s %s raised", job.id, job.kind, exc_info=True)
             attempts = job.attempts + 1
             if attempts >= self.settings.max_attempts:
                 return self._record(job, FAILED, error=_describe(error), attempts=attempts)
-            delay = backoff_delay(attempts, self.settings.backoff_base,
-                                  self.settings.backoff_max)
-            return self._record(job, PENDING, error=_describe(error), attempts=attempts,
-                                delay=delay)
+            delay = backoff_delay(attempts, self.settings.backoff_base, self.settings.backoff_max)
+            return self._record(
+                job, PENDING, error=_describe(error), attempts=attempts, delay=delay
+            )
         return self._record(job, SUCCEEDED, attempts=job.attempts)
 
-    def _record(self, job: ClaimedJob, state: str, *, attempts: int, error: str | None = None,
-                delay: float | None = None) -> Outcome:
-        def write(conn):
-            now = _now()
-            values: dict[str, Any] = {"state": state, "attempts": attempts,
-                                      "lease_expires_at": None, "updated_at": now}
-            if error is not None:
-                values["last_error"] = error
-            if state == PENDING:
-                values["run_after"] = now + _seconds(delay or 0.0)
-            return conn.execute(
-                sa.update(jobs)
-                .where(jobs.c.id == job.id, jobs.c.worker == self.id, jobs.c.state == RUNNING)
-                .values(**values)
-            ).rowcount == 1
-        recorded = self.db.write(write)
-        return Outcome(job_id=job.id, kind=job.kind, state=state, recorded=recorded,
-                       attempts=attempts, error=error, retry_in=delay)
+    def _record(
+        self,
+        job: ClaimedJob,
+        state: str,
+        *,
+        attempts: int,
+        error: str | None = None,
+        delay: float | None = None,
+    ) -> Outcome:
+        recorded = self.db.write(
+            jobs_db.record, job.id, self.id, state, attempts=attempts, error=error, delay=delay
+        )
+        return Outcome(
+            job_id=job.id,
+            kind=job.kind,
+            state=state,
+            recorded=recorded,
+            attempts=attempts,
+            error=error,
+            retry_in=delay,
+        )
 
     def _log(self, job: ClaimedJob, outcome: Outcome, elapsed: float) -> None:
         name = f"job {job.id} {job.kind}" + (f" [{job.key}]" if job.key else "")
         if not outcome.recorded:
-            LOG.warning("%s: outcome %s discarded after %.2f s: the lease was lost and the job "
-                        "belongs to another worker now", name, outcome.state, elapsed)
+            LOG.warning(
+                "%s: outcome %s discarded after %.2f s: the lease was lost and the job "
+                "belongs to another worker now",
+                name,
+                outcome.state,
+                elapsed,
+            )
         elif outcome.state == SUCCEEDED:
             LOG.info("%s succeeded in %.2f s", name, elapsed)
         elif outcome.state == FAILED:
-            LOG.warning("%s failed for good after %d attempts: %s", name, outcome.attempts,
-                        outcome.error)
+            LOG.warning(
+                "%s failed for good after %d attempts: %s", name, outcome.attempts, outcome.error
+            )
         elif outcome.attempts == job.attempts:  # RetryLater
-            LOG.info("%s will run again in %.1f s (%s)", name, outcome.retry_in or 0.0,
-                     outcome.error)
+            LOG.info(
+                "%s will run again in %.1f s (%s)", name, outcome.retry_in or 0.0, outcome.error
+            )
         else:
-            LOG.warning("%s failed (attempt %d of %d), retry in %.1f s: %s", name,
-                        outcome.attempts, self.settings.max_attempts, outcome.retry_in or 0.0,
-                        outcome.error)
+            LOG.warning(
+                "%s failed (attempt %d of %d), retry in %.1f s: %s",
+                name,
+                outcome.attempts,
+                self.settings.max_attempts,
+                outcome.retry_in or 0.0,
+                outcome.error,
+            )
 
     def run_once(self) -> Outcome | None:
         """Claim and run one due job; None when no job is due."""
@@ -422,7 +358,8 @@ class Worker:
             except exceptions.DatabaseUnavailable as error:
                 failures += 1
                 LOG.warning("worker %s: database unavailable: %s", self.id, error)
-                stop.wait(min(60.0, self.settings.poll_interval * 2 ** min(failures, 6)))
+                poll = self.settings.poll_interval
+                stop.wait(backoff_delay(failures + 1, poll, min(60.0, 64 * poll), jitter=False))
                 continue
             except Exception:
                 LOG.exception("worker %s: unexpected error", self.id)
@@ -432,8 +369,9 @@ class Worker:
                 stop.wait(self.settings.poll_interval)
 
 
-def schedule_periodic(db, conf, periodic: Mapping[str, jobs_api.Interval],
-                      handlers: Mapping[str, jobs_api.Handler]) -> None:
+def schedule_periodic(
+    db, conf, periodic: Mapping[str, Interval], handlers: Mapping[str, Handler]
+) -> None:
     """Make sure each periodic kind with a handler has its one job row, due
     ``interval`` seconds after its previous run ended.
 
@@ -446,36 +384,14 @@ def schedule_periodic(db, conf, periodic: Mapping[str, jobs_api.Interval],
         seconds = interval(conf) if callable(interval) else interval
         if not seconds or seconds <= 0:
             continue
-        job_id = jobs_api.periodic_job_id(kind)
-        row = db.read(lambda conn, job_id=job_id: conn.execute(
-            sa.select(jobs.c.kind, jobs.c.state, jobs.c.updated_at)
-            .where(jobs.c.id == job_id)).first())
+        job_id = jobs_db.periodic_job_id(kind)
+        row = db.read(jobs_db.periodic_row, job_id)
         if row is None:
-            try:
-                db.write(_insert_periodic, job_id, kind)
-            except exc.IntegrityError:
-                pass  # another conductor created it first
+            db.write(jobs_db.insert_periodic, job_id, kind)
         elif row.kind != kind:
             LOG.error("periodic job %s: id %s is taken by kind %s", kind, job_id, row.kind)
         elif row.state in (SUCCEEDED, FAILED):
-            db.write(_rearm_periodic, job_id, row, seconds)
-
-
-def _insert_periodic(conn, job_id: int, kind: str) -> None:
-    now = _now()
-    conn.execute(sa.insert(jobs).values(
-        id=job_id, kind=kind, key=f"periodic:{kind}", payload="{}", state=PENDING,
-        attempts=0, run_after=now, created_at=now))
-
-
-def _rearm_periodic(conn, job_id: int, row, seconds: float) -> None:
-    finished = row.updated_at or _now()
-    conn.execute(
-        sa.update(jobs)
-        .where(jobs.c.id == job_id, jobs.c.state == row.state,
-               jobs.c.updated_at == row.updated_at)
-        .values(state=PENDING, attempts=0, worker=None, lease_expires_at=None,
-                run_after=finished + _seconds(seconds), updated_at=_now()))
+            db.write(jobs_db.rearm_periodic, job_id, row, seconds)
 
 
 def purge_finished(db, settings: Settings) -> int:
@@ -484,19 +400,17 @@ def purge_finished(db, settings: Settings) -> int:
     Periodic jobs (negative ids) are kept: their row is their schedule.
     """
     deleted = 0
-    for state, retention in ((SUCCEEDED, settings.succeeded_retention),
-                             (FAILED, settings.failed_retention)):
+    for state, retention in (
+        (SUCCEEDED, settings.succeeded_retention),
+        (FAILED, settings.failed_retention),
+    ):
         if not retention:
             continue
-        cutoff = _now() - _seconds(retention)
-        old = sa.and_(jobs.c.state == state, jobs.c.updated_at < cutoff, jobs.c.id > 0)
         while True:
-            ids = db.read(lambda conn, old=old: conn.execute(
-                sa.select(jobs.c.id).where(old).limit(PURGE_BATCH)).scalars().all())
+            ids = db.read(jobs_db.finished_ids, state, retention, PURGE_BATCH)
             if not ids:
                 break
-            deleted += db.write(lambda conn, ids=ids, old=old: conn.execute(
-                sa.delete(jobs).where(jobs.c.id.in_(ids), old)).rowcount)
+            deleted += db.write(jobs_db.delete_finished, ids, state, retention)
             if len(ids) < PURGE_BATCH:
                 break
     if deleted:
@@ -513,21 +427,34 @@ class Conductor:
     ``stop()`` lets each worker finish the job in hand, then returns.
     """
 
-    def __init__(self, conf, db, *, workers: int | None = None, settings: Settings | None = None,
-                 handlers: Mapping[str, jobs_api.Handler] | None = None,
-                 periodic: Mapping[str, jobs_api.Interval] | None = None,
-                 name: str = "conductor") -> None:
-        load_handler_modules(conf)
+    def __init__(
+        self,
+        conf,
+        db,
+        *,
+        workers: int | None = None,
+        settings: Settings | None = None,
+        registry: kinds.Registry | None = None,
+        periodic: Mapping[str, Interval] | None = None,
+        name: str = "conductor",
+    ) -> None:
+        registry = kinds.load(conf) if registry is None else registry
         self.conf = conf
         self.db = db
         self.settings = settings or Settings.from_conf(conf)
-        self.handlers = jobs_api.HANDLERS if handlers is None else handlers
-        self.periodic = jobs_api.PERIODIC if periodic is None else periodic
-        self.services = Services(conf)
+        self.handlers = registry.handlers
+        self.periodic = registry.periodic if periodic is None else periodic
+        self.services = Services(conf, registry.services)
         count = conf.conductor.workers if workers is None else workers
         self.workers = [
-            Worker(conf, db, name=f"{name}-{i}", settings=self.settings, handlers=self.handlers,
-                   services=self.services)
+            Worker(
+                conf,
+                db,
+                name=f"{name}-{i}",
+                settings=self.settings,
+                handlers=self.handlers,
+                services=self.services,
+            )
             for i in range(count)
         ]
         self.name = name
@@ -546,8 +473,9 @@ class Conductor:
 
     def start(self) -> None:
         for worker in self.workers:
-            thread = threading.Thread(target=worker.run, args=(self._stop,),
-                                      name=worker.name, daemon=True)
+            thread = threading.Thread(
+                target=worker.run, args=(self._stop,), name=worker.name, daemon=True
+            )
             self._threads.append(thread)
         for thread in self._threads:
             thread.start()
@@ -555,8 +483,13 @@ class Conductor:
             thread = threading.Thread(target=target, name=f"{self.name}-{suffix}", daemon=True)
             thread.start()
             self._threads.append(thread)
-        LOG.info("%s: %d worker(s) started (lease %s s, poll every %s s)", self.name,
-                 len(self.workers), self.settings.lease_seconds, self.settings.poll_interval)
+        LOG.info(
+            "%s: %d worker(s) started (lease %s s, poll every %s s)",
+            self.name,
+            len(self.workers),
+            self.settings.lease_seconds,
+            self.settings.poll_interval,
+        )
 
     def request_stop(self) -> None:
         """Claim no more jobs; workers finish the job in hand."""
@@ -565,13 +498,13 @@ class Conductor:
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the worker threads; True when all have finished."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        for thread in self._threads[:len(self.workers)]:
+        for thread in self._threads[: len(self.workers)]:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             thread.join(remaining)
-        finished = not any(t.is_alive() for t in self._threads[:len(self.workers)])
+        finished = not any(t.is_alive() for t in self._threads[: len(self.workers)])
         if finished:
             self._done.set()
-            for thread in self._threads[len(self.workers):]:
+            for thread in self._threads[len(self.workers) :]:
                 thread.join(5)
         return finished
 

@@ -20,24 +20,35 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import random
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event, exc
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection, PoolResetState
 
 from exosuit import exceptions
+from exosuit.backoff import backoff_delay
+from exosuit.db import audit, changes
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
+P = ParamSpec("P")
 
 # A pooled connection unused for longer than this is pinged before it is handed out.
 PING_AFTER_IDLE = 10.0
 
-__all__ = ["Database"]
+# A transaction retried after a deadlock or a lost connection waits exosuit.backoff's
+# delay: from 10 ms, doubling, at most half a second (with jitter, so that the
+# transactions that collided do not collide again).
+RETRY_BASE = 0.01
+RETRY_MAX = 0.5
+
+__all__ = ["Database", "notifications_configured", "ping"]
 
 # MySQL/MariaDB: 1213 deadlock, 1205 lock wait timeout. PostgreSQL: 40001, 40P01.
 _MYSQL_RETRY = {1213, 1205}
@@ -70,11 +81,15 @@ class Database:
         sqlite_busy_timeout: int = 30,
         max_retries: int = 10,
         ping_after_idle: float = PING_AFTER_IDLE,
+        notifications: bool = False,
     ) -> None:
         self.url = sa.make_url(url)
+        # Audit records are marked for the message bus, and their publish job queued
+        # (exosuit/db/audit.py): [oslo_messaging_notifications] driver is set.
+        self.notifications = notifications
         self.dialect = self.url.get_backend_name()
         self.max_retries = max_retries
-        kwargs: dict = {"pool_reset_on_return": None}  # see _setup_pool
+        kwargs: dict[str, Any] = {"pool_reset_on_return": None}  # see _setup_pool
         if self.dialect == "sqlite":
             database = self.url.database
             if database and database != ":memory:":
@@ -95,6 +110,8 @@ class Database:
                 kwargs["connect_args"] = {"charset": "utf8mb4"}
         self.engine: Engine = sa.create_engine(self.url, **kwargs)
         _setup_pool(self.engine, ping_after_idle=ping_after_idle)
+        # Writes that change what the API caches bump its version (exosuit/db/changes.py).
+        changes.track(self.engine)
         if self.dialect == "sqlite":
             _setup_sqlite(self.engine, sqlite_busy_timeout)
             self._read_engine = self.engine
@@ -102,9 +119,23 @@ class Database:
             # Readers: autocommit connections, in a pool of their own so that
             # neither pool switches a connection's mode back and forth.
             self._read_engine = sa.create_engine(
-                self.url, **{**kwargs, "isolation_level": "AUTOCOMMIT",
-                             "skip_autocommit_rollback": True})
+                self.url,
+                **{**kwargs, "isolation_level": "AUTOCOMMIT", "skip_autocommit_rollback": True},
+            )
             _setup_pool(self._read_engine, ping_after_idle=ping_after_idle, autocommit=True)
+
+    @classmethod
+    def from_conf(cls, conf: Any) -> Database:
+        """The database of ``[database]``."""
+        group = conf.database
+        return cls(
+            group.connection,
+            pool_size=group.max_pool_size,
+            max_overflow=group.max_overflow,
+            sqlite_busy_timeout=group.sqlite_busy_timeout,
+            max_retries=group.max_retries,
+            notifications=notifications_configured(conf),
+        )
 
     @property
     def supports_skip_locked(self) -> bool:
@@ -125,23 +156,38 @@ class Database:
     @contextlib.contextmanager
     def writer(self) -> Iterator[Connection]:
         """A read-write transaction, committed on success. Not retried: see ``write``."""
-        with self.engine.connect().execution_options(exosuit_writer=True) as conn:
+        options = {"exosuit_writer": True, audit.NOTIFY_OPTION: self.notifications}
+        with self.engine.connect().execution_options(**options) as conn:
+            changes.forget(conn)
+            audit.forget(conn)
             with conn.begin():
                 yield conn
+                changes.count(conn)  # in the transaction, as it commits
+                audit.flush(conn)
             conn.info[_CLEAN] = True
 
-    def read(self, fn: Callable[..., T], *args, **kwargs) -> T:
+    def read(
+        self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
         """Run ``fn(conn, *args, **kwargs)`` in a read transaction."""
         return self._run(self.reader, fn, args, kwargs)
 
-    def write(self, fn: Callable[..., T], *args, **kwargs) -> T:
+    def write(
+        self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
         """Run ``fn(conn, *args, **kwargs)`` in a write transaction, retried on deadlock.
 
         ``fn`` must be safe to run again: it sees a fresh transaction each time.
         """
         return self._run(self.writer, fn, args, kwargs)
 
-    def _run(self, transaction, fn: Callable[..., T], args, kwargs) -> T:
+    def _run(
+        self,
+        transaction: Callable[[], contextlib.AbstractContextManager[Connection]],
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> T:
         for attempt in range(self.max_retries + 1):
             try:
                 with transaction() as conn:
@@ -156,7 +202,7 @@ class Database:
         if isinstance(error, exc.IntegrityError):
             raise error
         if (_is_retryable(error) or _is_disconnect(error)) and attempt < self.max_retries:
-            delay = min(0.5, 0.005 * (2**attempt)) * random.uniform(0.5, 1.5)
+            delay = backoff_delay(attempt + 1, RETRY_BASE, RETRY_MAX)
             LOG.debug("retrying transaction after %s (attempt %d)", error.orig, attempt + 1)
             time.sleep(delay)
             return
@@ -168,6 +214,20 @@ class Database:
         self.engine.dispose()
         if self._read_engine is not self.engine:
             self._read_engine.dispose()
+
+
+def notifications_configured(conf: Any) -> bool:
+    """Whether ``[oslo_messaging_notifications] driver`` names a driver (not ``noop``):
+    the group is oslo.messaging's, registered by exosuit/conf.py when a configuration
+    file or an override sets it."""
+    if "oslo_messaging_notifications" not in conf:
+        return False
+    return bool(set(conf.oslo_messaging_notifications.driver or ()) - {"noop", ""})
+
+
+def ping(conn: Connection) -> None:
+    """One round trip: the database answers (``/healthz``)."""
+    conn.exec_driver_sql("SELECT 1").scalar()
 
 
 _CLEAN = "exosuit_clean"  # set in Connection.info after a commit; cleared on return
@@ -187,12 +247,18 @@ def _setup_pool(engine: Engine, *, ping_after_idle: float, autocommit: bool = Fa
     """
 
     @event.listens_for(engine, "checkin")
-    def _on_checkin(_dbapi_connection, record):
+    def _on_checkin(
+        _dbapi_connection: DBAPIConnection | None, record: ConnectionPoolEntry | None
+    ) -> None:
         if record is not None:
             record.info[_LAST_USED] = time.monotonic()
 
     @event.listens_for(engine, "checkout")
-    def _on_checkout(dbapi_connection, record, _proxy):
+    def _on_checkout(
+        dbapi_connection: DBAPIConnection,
+        record: ConnectionPoolEntry,
+        _proxy: PoolProxiedConnection,
+    ) -> None:
         last_used = record.info.get(_LAST_USED)
         if last_used is None or time.monotonic() - last_used < ping_after_idle:
             return
@@ -202,7 +268,11 @@ def _setup_pool(engine: Engine, *, ping_after_idle: float, autocommit: bool = Fa
             raise exc.DisconnectionError(f"idle connection failed its ping: {error}") from error
 
     @event.listens_for(engine, "reset")
-    def _on_reset(dbapi_connection, record, reset_state):
+    def _on_reset(
+        dbapi_connection: DBAPIConnection,
+        record: ConnectionPoolEntry | None,
+        reset_state: PoolResetState,
+    ) -> None:
         clean = record is not None and record.info.pop(_CLEAN, False)
         if clean or autocommit or reset_state.transaction_was_reset:
             return
@@ -211,7 +281,7 @@ def _setup_pool(engine: Engine, *, ping_after_idle: float, autocommit: bool = Fa
 
 def _setup_sqlite(engine: Engine, busy_timeout: int) -> None:
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record):
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
         # Let SQLAlchemy's "begin" event issue BEGIN itself (pysqlite's own
         # transaction handling would defer it and break BEGIN IMMEDIATE).
         dbapi_connection.isolation_level = None
@@ -223,7 +293,7 @@ def _setup_sqlite(engine: Engine, busy_timeout: int) -> None:
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def _on_begin(conn):
+    def _on_begin(conn: Connection) -> None:
         if conn.get_execution_options().get("exosuit_writer"):
             conn.exec_driver_sql("BEGIN IMMEDIATE")
         else:

@@ -14,35 +14,55 @@ State table (doc/arq-states.md):
 A bind that needs work on its host (``_needs_host_work``) stays BindStarted,
 holding its attach handle, until the host's agent reports the work done
 (``finish_host_work``) or its deadline passes (``time_out_binds``). Every bind
-queues Nova's notification in its own transaction (exosuit/nova/events.py).
+queues Nova's notification in its own transaction (exosuit/db/nova.py).
+
+A bind whose profile group asks for an image (``accel:bitstream_id``,
+``accel:function_id``) gets it resolved by the caller (``ProgramNeed``: the image
+may live in Glance, an HTTP call that has no place in a transaction) and queues a
+program holding the ARQ's handle (exosuit/db/programs.py); the program's end makes
+the ARQ Bound or BindFailed (``report_program``). No bind takes a handle of a
+device while a program runs on it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import uuid as uuidlib
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection, CursorResult
 
 from exosuit import exceptions
-from exosuit.db import models
+from exosuit.db import audit, models, offers
+from exosuit.db import nova as nova_db
+from exosuit.db import programs as programs_db
 from exosuit.db.pagination import Page, paginate
-from exosuit.nova import events as nova_events
+from exosuit.db.placement import enqueue_sync
 
 __all__ = [
     "BIND_SOURCES",
     "RESOLVED",
     "Binding",
     "BindResult",
+    "ProgramNeed",
+    "ProgramsToResolve",
     "bind",
+    "bind_for_claim",
     "create",
     "delete_by_instance",
+    "delete_of_claim",
     "delete_by_uuids",
     "finish_host_work",
     "get",
     "list_arqs",
+    "program_groups",
+    "report_program",
     "time_out_binds",
+    "time_out_program",
     "unbind",
 ]
 
@@ -64,6 +84,8 @@ dp = models.device_profiles
 ah = models.attach_handles
 dep = models.deployables
 dev = models.devices
+attr = models.attributes
+claims = models.claims
 
 # The profile name is a correlated subquery (on its own alias of device_profiles) so
 # that a marker's sort value is read from its ARQ row alone: selecting dp.name for
@@ -81,16 +103,18 @@ SORT_COLUMNS = {
     .scalar_subquery(),
 }
 
-_SELECT = (
-    sa.select(
-        arq,
-        dp.c.name.label("device_profile_name"),
-        ah.c.uuid.label("attach_handle_uuid"),
-        ah.c.attach_type.label("attach_handle_type"),
-        ah.c.attach_info.label("attach_handle_info"),
-    )
-    .select_from(arq.join(dp, arq.c.device_profile_id == dp.c.id).outerjoin(
-        ah, arq.c.attach_handle_id == ah.c.id))
+_SELECT = sa.select(
+    arq,
+    dp.c.name.label("device_profile_name"),
+    ah.c.uuid.label("attach_handle_uuid"),
+    ah.c.attach_type.label("attach_handle_type"),
+    ah.c.attach_info.label("attach_handle_info"),
+    claims.c.uuid.label("claim_uuid"),
+).select_from(
+    # A claim's ARQ may have no profile (it named its attach handles: 2.8).
+    arq.outerjoin(dp, arq.c.device_profile_id == dp.c.id)
+    .outerjoin(ah, arq.c.attach_handle_id == ah.c.id)
+    .outerjoin(claims, arq.c.claim_id == claims.c.id)
 )
 
 
@@ -110,13 +134,30 @@ class Binding:
     project_id: str | None = None
 
 
-@dataclasses.dataclass
-class BindResult:
-    arq: dict
+@dataclasses.dataclass(frozen=True)
+class ProgramNeed:
+    """What a bind's profile group asks to be loaded, resolved before the bind:
+    ``bitstream_id`` as the group names it (a device that has it needs nothing),
+    the ``image`` to load, or the ``error`` that fails the bind."""
+
+    bitstream_id: str | None = None
+    image: programs_db.Image | None = None
     error: str | None = None
 
 
-def _to_dict(row) -> dict:
+@dataclasses.dataclass
+class BindResult:
+    arq: dict[str, Any]  # its uuid and its state after the bind
+    error: str | None = None
+
+
+class ProgramsToResolve(Exception):  # noqa: N818 - a request to the caller, not an error
+    """``bind(..., resolve_first=True)`` met a profile group that asks for an image
+    ``programs`` does not resolve. Nothing changed: resolve (``program_groups``) and
+    bind again."""
+
+
+def _to_dict(row: sa.Row[*tuple[Any, ...]]) -> dict[str, Any]:
     data = dict(row._mapping)
     info = data.get("attach_handle_info")
     data["attach_handle_info"] = json.loads(info) if info else {}
@@ -127,7 +168,7 @@ def _to_dict(row) -> dict:
     return data
 
 
-def _scoped(stmt, scope: Scope):
+def _scoped(stmt: sa.Select[*tuple[Any, ...]], scope: Scope) -> sa.Select[*tuple[Any, ...]]:
     if scope.project_id is not None:
         stmt = stmt.where(arq.c.project_id == scope.project_id)
     return stmt
@@ -137,41 +178,172 @@ def _scoped(stmt, scope: Scope):
 # bound parameters: SQLAlchemy then skips building each statement and computing its
 # cache key at every call, which cost more than the database round trip itself. The
 # SQL is the same. Scoped statements come in pairs: all projects, one (p_project).
-def _prebuilt(stmt) -> tuple:
+_Pair = tuple[sa.Select[*tuple[Any, ...]], sa.Select[*tuple[Any, ...]]]
+
+
+def _prebuilt(stmt: sa.Select[*tuple[Any, ...]]) -> _Pair:
     return stmt, stmt.where(arq.c.project_id == sa.bindparam("p_project"))
 
 
-def _execute(conn, pair: tuple, scope: Scope, params: dict):
+def _execute(
+    conn: Connection, pair: _Pair, scope: Scope, params: dict[str, Any]
+) -> CursorResult[*tuple[Any, ...]]:
     if scope.project_id is None:
         return conn.execute(pair[0], params)
     return conn.execute(pair[1], {**params, "p_project": scope.project_id})
 
 
-_UUIDS = sa.bindparam("p_uuids", expanding=True)
-_NOW = sa.bindparam("p_now")
-_Q_PROFILE = sa.select(dp.c.id, dp.c.profile_json).where(dp.c.name == sa.bindparam("p_name"))
+_UUIDS: sa.BindParameter[list[str]] = sa.bindparam("p_uuids", expanding=True)
+_NOW: sa.BindParameter[dt.datetime] = sa.bindparam("p_now")
+# The name as stored: MariaDB's collation finds "Name " for "name".
+_Q_PROFILE = sa.select(dp.c.id, dp.c.name, dp.c.profile_json).where(
+    dp.c.name == sa.bindparam("p_name")
+)
 _Q_INSERT = sa.insert(arq)
-_Q_CREATED = _SELECT.where(arq.c.uuid.in_(_UUIDS))
 _Q_GET = _prebuilt(_SELECT.where(arq.c.uuid == sa.bindparam("p_uuid")))
 _Q_INSTANCE_STATES = _prebuilt(
-    sa.select(arq.c.uuid, arq.c.state).where(arq.c.instance_uuid == sa.bindparam("p_instance")))
+    sa.select(arq.c.uuid, arq.c.state).where(arq.c.instance_uuid == sa.bindparam("p_instance"))
+)
 # Locked (see _rows_for_update).
 _Q_ROWS = _prebuilt(sa.select(arq).where(arq.c.uuid.in_(_UUIDS)).with_for_update())
+# The same for a bind, with each ARQ's device profile in the same round trip. Only the ARQs
+# are locked (a locking clause does not reach a subquery, on every database): a profile
+# never changes, and one that an ARQ names cannot be deleted (RESTRICT).
+_ROWS_TO_BIND = sa.select(
+    # What bind reads (each column costs the driver a description to parse).
+    arq.c.uuid,
+    arq.c.state,
+    arq.c.hostname,
+    arq.c.device_rp_uuid,
+    arq.c.instance_uuid,
+    arq.c.project_id,
+    arq.c.device_profile_id,
+    arq.c.device_profile_group_id,
+    arq.c.claim_id,
+    sa.select(dp.c.profile_json)
+    .where(dp.c.id == arq.c.device_profile_id)
+    .scalar_subquery()
+    .label("profile_json"),
+).with_for_update()
+_Q_ROWS_TO_BIND = _prebuilt(_ROWS_TO_BIND.where(arq.c.uuid.in_(_UUIDS)))
+# One ARQ (what Nova binds): an expanding IN costs SQLAlchemy about 25 µs a statement. With
+# it, in the same round trip, _Q_OTHERS_BOUND's question for its instance (p_instance) and
+# owner (p_owner, else the ARQ's project): another ARQ bound or binding (not locked, as
+# _Q_OTHERS_BOUND does not lock).
+_other = arq.alias("other_arq")
+_Q_ROW_TO_BIND = _prebuilt(
+    _ROWS_TO_BIND.add_columns(
+        sa.select(_other.c.uuid)
+        .where(
+            _other.c.instance_uuid == sa.bindparam("p_instance"),
+            _other.c.project_id.is_not_distinct_from(
+                sa.func.coalesce(sa.bindparam("p_owner"), arq.c.project_id)
+            ),
+            sa.or_(_other.c.state == BIND_STARTED, _other.c.state == BOUND),
+            _other.c.uuid != arq.c.uuid,
+        )
+        .correlate(arq)
+        .limit(1)
+        .scalar_subquery()
+        .label("other_bound")
+    ).where(arq.c.uuid == sa.bindparam("p_uuid"))
+)
+# Locked as _Q_ROWS; the columns a delete reads (_delete_rows).
 _Q_BY_INSTANCE = _prebuilt(
-    sa.select(arq).where(arq.c.instance_uuid == sa.bindparam("p_instance"))
-    .with_for_update())
+    sa.select(arq.c.id, arq.c.uuid, arq.c.state, arq.c.instance_uuid, arq.c.attach_handle_id)
+    .add_columns(arq.c.hostname)
+    .where(arq.c.instance_uuid == sa.bindparam("p_instance"))
+    .with_for_update()
+)
+# Nova's delete of an instance's ARQs in one statement, where the database returns what it
+# deleted (PostgreSQL, SQLite, MariaDB 10.5+): it locks the rows as _Q_BY_INSTANCE would.
+_DELETED = (
+    arq.c.id,
+    arq.c.uuid,
+    arq.c.state,
+    arq.c.instance_uuid,
+    arq.c.attach_handle_id,
+    arq.c.hostname,
+)
+_DELETE_OF_INSTANCE = sa.delete(arq).where(arq.c.instance_uuid == sa.bindparam("p_instance"))
+_Q_DELETE_OF_INSTANCE = (
+    _DELETE_OF_INSTANCE.returning(*_DELETED),
+    _DELETE_OF_INSTANCE.where(arq.c.project_id == sa.bindparam("p_project")).returning(*_DELETED),
+)
+_Q_OF_CLAIM = (
+    sa.select(arq.c.id, arq.c.uuid, arq.c.state, arq.c.instance_uuid, arq.c.attach_handle_id)
+    .where(arq.c.claim_id == sa.bindparam("p_claim"))
+    .order_by(arq.c.id)
+    .with_for_update()
+)
 _Q_BOUND_UUIDS = _prebuilt(
-    sa.select(arq.c.uuid).where(arq.c.uuid.in_(_UUIDS), arq.c.instance_uuid.is_not(None)))
+    sa.select(arq.c.uuid).where(arq.c.uuid.in_(_UUIDS), arq.c.instance_uuid.is_not(None))
+)
+_program_dep = dep.alias("program_dep")
 _Q_DEPLOYABLE = (
-    sa.select(dep.c.id, dep.c.name, dep.c.bitstream_id, dev.c.hostname, dev.c.status,
-              dev.c.presence, dev.c.uuid.label("device_uuid"))
+    sa.select(
+        dep.c.id,
+        dep.c.name,
+        dep.c.rp_uuid,
+        dep.c.bitstream_id,
+        dev.c.hostname,
+        dev.c.status,
+        dev.c.presence,
+        dev.c.activation,
+        dev.c.health_held,
+        dev.c.health_reason,
+        dev.c.uuid.label("device_uuid"),
+        dev.c.id.label("device_id"),
+        dev.c.type.label("device_type"),
+        # A program running on any deployable of the device: no bind takes it meanwhile.
+        sa.select(_program_dep.c.program_uuid)
+        .where(_program_dep.c.device_id == dev.c.id, _program_dep.c.program_uuid.is_not(None))
+        .limit(1)
+        .scalar_subquery()
+        .label("programming"),
+    )
     .select_from(dep.join(dev, dep.c.device_id == dev.c.id))
     .where(dep.c.rp_uuid == sa.bindparam("p_rp_uuid"))
 )
+# What _find_deployable checks, alone: its look again once a handle is taken.
+_Q_DEPLOYABLE_CHECKS = _Q_DEPLOYABLE.with_only_columns(
+    *(
+        column
+        for column in _Q_DEPLOYABLE.selected_columns
+        if column.key
+        in (
+            "hostname",
+            "presence",
+            "status",
+            "activation",
+            "health_held",
+            "health_reason",
+            "device_uuid",
+            "programming",
+        )
+    ),
+    maintain_column_froms=True,
+)
+# The same and, in the same round trip, what the deployable offers (exosuit/db/offers.py):
+# one row per rc or trait* attribute (one with NULLs when it has none).
+_Q_DEPLOYABLE_OFFER = _Q_DEPLOYABLE.add_columns(
+    attr.c.key.label("offer_key"),
+    attr.c.value.label("offer_value"),
+    attr.c.source.label("offer_source"),
+).outerjoin(
+    attr,
+    sa.and_(
+        attr.c.deployable_id == dep.c.id,
+        sa.or_(attr.c.key == "rc", attr.c.key.startswith("trait")),
+    ),
+)
 _Q_FREE_HANDLE = (
     sa.select(ah.c.id)
-    .where(ah.c.deployable_id == sa.bindparam("p_deployable_id"), ah.c.in_use.is_(False),
-           ah.c.presence == "present")
+    .where(
+        ah.c.deployable_id == sa.bindparam("p_deployable_id"),
+        ah.c.in_use.is_(False),
+        ah.c.presence == "present",
+    )
     .order_by(ah.c.id)
     .limit(1)
 )
@@ -181,62 +353,97 @@ _Q_TAKE_HANDLE = (
     .where(ah.c.id == sa.bindparam("p_id"), ah.c.in_use.is_(False))
     .values(in_use=True, updated_at=_NOW)
 )
+_Q_TAKE_NAMED_HANDLE = _Q_TAKE_HANDLE.where(
+    ah.c.deployable_id == sa.bindparam("p_deployable_id"), ah.c.presence == "present"
+)
 _Q_RELEASE_HANDLE = (
     sa.update(ah)
     .where(ah.c.id == sa.bindparam("p_id"), ah.c.in_use.is_(True))
     .values(in_use=False, updated_at=_NOW)
 )
-_Q_DELETE_LOST_HANDLE = sa.delete(ah).where(ah.c.id == sa.bindparam("p_id"),
-                                            ah.c.presence == "lost")
+_Q_DELETE_LOST_HANDLE = sa.delete(ah).where(
+    ah.c.id == sa.bindparam("p_id"), ah.c.presence == "lost"
+)
 _Q_DEVICE_OF_HANDLE = (
-    sa.select(dev.c.id, dev.c.presence)
-    .select_from(ah.join(dep, ah.c.deployable_id == dep.c.id).join(
-        dev, dep.c.device_id == dev.c.id))
+    sa.select(dev.c.id, dev.c.presence, ah.c.presence.label("handle_presence"))
+    .select_from(
+        ah.join(dep, ah.c.deployable_id == dep.c.id).join(dev, dep.c.device_id == dev.c.id)
+    )
     .where(ah.c.id == sa.bindparam("p_id"))
 )
-_Q_OTHERS_BOUND = (
-    sa.select(arq.c.uuid).where(
+# Another ARQ of the instance bound in the same project (an instance and its ARQs share
+# one project): ARQs of other projects never count, so that no project can learn of, or
+# block, another project's instance (doc/compatibility.md, "Identity and policy").
+_OTHERS_BOUND = (
+    sa.select(arq.c.uuid)
+    .where(
         arq.c.instance_uuid == sa.bindparam("p_instance"),
+        arq.c.project_id.is_not_distinct_from(sa.bindparam("p_project")),
         arq.c.state.in_((BIND_STARTED, BOUND)),
-        arq.c.uuid.not_in(_UUIDS),
-    ).limit(1)
+    )
+    .limit(1)
 )
+_Q_OTHERS_BOUND = _OTHERS_BOUND.where(arq.c.uuid.not_in(_UUIDS))
 _Q_START_BIND = (
     sa.update(arq)
-    .where(arq.c.uuid == sa.bindparam("p_uuid"), arq.c.state.in_(BIND_SOURCES))
-    .values(state=BIND_STARTED, hostname=sa.bindparam("p_hostname"),
-            device_rp_uuid=sa.bindparam("p_rp_uuid"), instance_uuid=sa.bindparam("p_instance"),
-            reason=None, updated_at=_NOW)
+    # (An IN of literals would be an expanding parameter: 20 µs more per statement.)
+    .where(arq.c.uuid == sa.bindparam("p_uuid"), sa.or_(*(arq.c.state == s for s in BIND_SOURCES)))
+    .values(
+        state=BIND_STARTED,
+        hostname=sa.bindparam("p_hostname"),
+        device_rp_uuid=sa.bindparam("p_rp_uuid"),
+        instance_uuid=sa.bindparam("p_instance"),
+        reason=None,
+        updated_at=_NOW,
+    )
 )
 _Q_START_BIND_WITH_PROJECT = _Q_START_BIND.values(project_id=sa.bindparam("p_project_id"))
-_Q_END_BIND = (
-    sa.update(arq)
-    .where(arq.c.uuid == sa.bindparam("p_uuid"), arq.c.state == BIND_STARTED)
+_Q_END_BIND = sa.update(arq).where(
+    arq.c.uuid == sa.bindparam("p_uuid"), arq.c.state == BIND_STARTED
 )
-_Q_BOUND = _Q_END_BIND.values(state=BOUND, attach_handle_id=sa.bindparam("p_handle_id"),
-                              deployable_id=sa.bindparam("p_deployable_id"), updated_at=_NOW)
-_Q_BIND_FAILED = _Q_END_BIND.values(state=BIND_FAILED, reason=sa.bindparam("p_reason"),
-                                    updated_at=_NOW)
-_Q_PROFILE_GROUPS = sa.select(dp.c.id, dp.c.profile_json).where(
-    dp.c.id.in_(sa.bindparam("p_ids", expanding=True)))
+_Q_BOUND = _Q_END_BIND.values(
+    state=BOUND,
+    attach_handle_id=sa.bindparam("p_handle_id"),
+    deployable_id=sa.bindparam("p_deployable_id"),
+    updated_at=_NOW,
+)
+_Q_BIND_FAILED = _Q_END_BIND.values(
+    state=BIND_FAILED, reason=sa.bindparam("p_reason"), updated_at=_NOW
+)
 # Host-side work: the ARQ holds its handle while BindStarted, until the host's report.
-_Q_WAIT_FOR_HOST = _Q_END_BIND.values(attach_handle_id=sa.bindparam("p_handle_id"),
-                                      deployable_id=sa.bindparam("p_deployable_id"),
-                                      updated_at=_NOW)
+_Q_WAIT_FOR_HOST = _Q_END_BIND.values(
+    attach_handle_id=sa.bindparam("p_handle_id"),
+    deployable_id=sa.bindparam("p_deployable_id"),
+    updated_at=_NOW,
+)
 _Q_HOST_DONE = _Q_END_BIND.values(state=BOUND, updated_at=_NOW)
-_Q_HOST_FAILED = _Q_END_BIND.where(arq.c.instance_uuid == sa.bindparam("p_instance")).values(
-    state=BIND_FAILED, reason=sa.bindparam("p_reason"), attach_handle_id=None,
-    deployable_id=None, updated_at=_NOW)
+# A claim's ARQ has no instance (NULL): compared as NULL = NULL.
+_Q_HOST_FAILED = _Q_END_BIND.where(
+    arq.c.instance_uuid.is_not_distinct_from(sa.bindparam("p_instance"))
+).values(
+    state=BIND_FAILED,
+    reason=sa.bindparam("p_reason"),
+    attach_handle_id=None,
+    deployable_id=None,
+    updated_at=_NOW,
+)
 _Q_UNBIND = (
     sa.update(arq)
     .where(arq.c.id == sa.bindparam("p_id"), arq.c.state.in_(UNBIND_SOURCES))
-    .values(state=UNBOUND, hostname=None, device_rp_uuid=None, instance_uuid=None,
-            attach_handle_id=None, deployable_id=None, updated_at=_NOW)
+    .values(
+        state=UNBOUND,
+        hostname=None,
+        device_rp_uuid=None,
+        instance_uuid=None,
+        attach_handle_id=None,
+        deployable_id=None,
+        updated_at=_NOW,
+    )
 )
 _Q_DELETE = sa.delete(arq).where(arq.c.id == sa.bindparam("p_id"))
 
 
-def units_per_group(group: dict, handles_per_unit: dict[str, int]) -> int:
+def units_per_group(group: dict[str, str], handles_per_unit: dict[str, int]) -> int:
     """How many ARQs a profile group makes: the sum of its resource amounts, times
     N when the group requires a trait configured in ``attach_handles_per_unit``."""
     count = sum(int(v) for k, v in group.items() if k.startswith("resources:"))
@@ -246,46 +453,96 @@ def units_per_group(group: dict, handles_per_unit: dict[str, int]) -> int:
     return count
 
 
-def create(conn, *, profile_name: str, project_id: str | None,
-           handles_per_unit: dict[str, int]) -> list[dict]:
-    """Create the ARQs of every group of the named profile (state Initial)."""
+def create(
+    conn: Connection,
+    *,
+    profile_name: str,
+    project_id: str | None,
+    handles_per_unit: dict[str, int],
+    max_arqs: int | None = None,
+) -> list[dict[str, Any]]:
+    """Create the ARQs of every group of the named profile (state Initial).
+
+    Raises LimitExceeded, creating none, when the profile makes more than ``max_arqs``
+    (``[api] max_arqs_per_request``; a profile created before that limit, or imported).
+    """
     row = conn.execute(_Q_PROFILE, {"p_name": profile_name}).first()
     if row is None:
         raise exceptions.DeviceProfileNotFound(ident=profile_name)
     groups = json.loads(row.profile_json).get("groups", [])
+    count = sum(units_per_group(group, handles_per_unit) for group in groups)
+    if max_arqs is not None and count > max_arqs:
+        raise exceptions.LimitExceeded(
+            what=f"Device profile {profile_name} makes {count} accelerator requests",
+            limit=max_arqs,
+            option="[api] max_arqs_per_request",
+        )
     now = models.utcnow()
     values = []
     for group_id, group in enumerate(groups):
         for _ in range(units_per_group(group, handles_per_unit)):
-            values.append({
-                "uuid": str(uuidlib.uuid4()),
-                "project_id": project_id,
-                "state": INITIAL,
-                "device_profile_id": row.id,
-                "device_profile_group_id": group_id,
-                "created_at": now,
-            })
+            values.append(
+                {
+                    "uuid": str(uuidlib.uuid4()),
+                    "project_id": project_id,
+                    "state": INITIAL,
+                    "device_profile_id": row.id,
+                    "device_profile_group_id": group_id,
+                    "created_at": now,
+                }
+            )
     if not values:
-        raise exceptions.Invalid(
-            reason=f"device profile {profile_name} requests no resources"
-        )
+        raise exceptions.Invalid(reason=f"device profile {profile_name} requests no resources")
     conn.execute(_Q_INSERT, values)
-    uuids = [v["uuid"] for v in values]
-    rows = conn.execute(_Q_CREATED, {"p_uuids": uuids}).all()
-    order = {u: i for i, u in enumerate(uuids)}
-    return sorted((_to_dict(r) for r in rows), key=lambda a: order[a["uuid"]])
+    after = {"state": INITIAL, "device_profile_name": row.name}
+    audit.record_many(conn, "create", "arq", [audit.Change(v["uuid"], None, after) for v in values])
+    return [_created(value, row.name) for value in values]
 
 
-def get(conn, uuid: str, scope: Scope) -> dict:
+def _created(values: dict[str, Any], profile_name: str) -> dict[str, Any]:
+    """A new ARQ as ``get`` would read it back (without its ``id``), without the read."""
+    return {
+        **values,
+        "updated_at": None,
+        "hostname": None,
+        "device_rp_uuid": None,
+        "instance_uuid": None,
+        "attach_handle_id": None,
+        "deployable_id": None,
+        "reason": None,
+        "device_profile_name": profile_name,
+        "attach_handle_uuid": None,
+        "attach_handle_type": "",
+        "attach_handle_info": {},
+        "claim_uuid": None,
+    }
+
+
+def get(conn: Connection, uuid: str, scope: Scope) -> dict[str, Any]:
     row = _execute(conn, _Q_GET, scope, {"p_uuid": uuid}).first()
     if row is None:
         raise exceptions.AcceleratorRequestNotFound(uuid=uuid)
     return _to_dict(row)
 
 
-def list_arqs(conn, scope: Scope, *, instance: str | None = None,
-              states: tuple[str, ...] | None = None, hostname: str | None = None,
-              device_profile_name: str | None = None, page: Page | None = None) -> list[dict]:
+def list_arqs(
+    conn: Connection,
+    scope: Scope,
+    *,
+    instance: str | None = None,
+    states: tuple[str, ...] | None = None,
+    hostname: str | None = None,
+    device_profile_name: str | None = None,
+    page: Page | None = None,
+    require_resolved: bool = False,
+) -> list[dict[str, Any]]:
+    """The ARQs ``scope`` sees, filtered. With ``require_resolved`` and an
+    ``instance``, raises ARQUnresolved while any ARQ of the instance is unresolved
+    (Nova's ``bind_state=resolved``)."""
+    if require_resolved and instance is not None:
+        pending = [u for u, s in instance_states(conn, instance, scope) if s not in RESOLVED]
+        if pending:
+            raise exceptions.ARQUnresolved(instance=instance, uuids=", ".join(pending))
     stmt = _scoped(_SELECT, scope)
     if instance is not None:
         stmt = stmt.where(arq.c.instance_uuid == instance)
@@ -295,16 +552,19 @@ def list_arqs(conn, scope: Scope, *, instance: str | None = None,
         stmt = stmt.where(arq.c.hostname == hostname)
     if device_profile_name is not None:
         stmt = stmt.where(dp.c.name == device_profile_name)
-    stmt = paginate(conn, stmt, arq, page, SORT_COLUMNS)
+    visible = None if scope.project_id is None else arq.c.project_id == scope.project_id
+    stmt = paginate(conn, stmt, arq, page, SORT_COLUMNS, visible=visible)
     return [_to_dict(r) for r in conn.execute(stmt)]
 
 
-def instance_states(conn, instance: str, scope: Scope) -> list[tuple[str, str]]:
+def instance_states(conn: Connection, instance: str, scope: Scope) -> list[tuple[str, str]]:
     rows = _execute(conn, _Q_INSTANCE_STATES, scope, {"p_instance": instance})
     return [tuple(r) for r in rows]
 
 
-def _rows_for_update(conn, uuids: list[str], scope: Scope) -> dict[str, sa.Row]:
+def _rows_for_update(
+    conn: Connection, uuids: list[str], scope: Scope
+) -> dict[str, sa.Row[*tuple[Any, ...]]]:
     # Locked: a bind, unbind or delete of one of them running meanwhile has committed
     # when this returns, so the rows acted on are current (an unbind or delete that
     # acted on a stale row would leave the handle a concurrent bind took in use).
@@ -312,15 +572,28 @@ def _rows_for_update(conn, uuids: list[str], scope: Scope) -> dict[str, sa.Row]:
     return {row.uuid: row for row in rows}
 
 
-def _check_found(rows: dict, uuids: list[str]) -> None:
+def _check_found(rows: Mapping[str, sa.Row[*tuple[Any, ...]]], uuids: list[str]) -> None:
     missing = [u for u in uuids if u not in rows]
     if missing:
         raise exceptions.AcceleratorRequestNotFound(uuid=", ".join(missing))
 
 
-def _find_deployable(conn, binding: Binding) -> tuple[sa.Row | None, str | None]:
-    """The deployable a bind names, or the reason it cannot take the bind."""
-    row = conn.execute(_Q_DEPLOYABLE, {"p_rp_uuid": binding.device_rp_uuid}).first()
+def _check_unclaimed(conn: Connection, rows: Iterable[sa.Row[*tuple[Any, ...]]]) -> None:
+    """Raise ARQClaimed for an ARQ a claim holds: only its claim binds, unbinds or
+    deletes it (exosuit/db/claims.py)."""
+    for row in rows:
+        if row.claim_id is not None:
+            claim = conn.execute(sa.select(claims.c.uuid).where(claims.c.id == row.claim_id))
+            raise exceptions.ARQClaimed(uuid=row.uuid, claim=claim.scalar())
+
+
+def _find_deployable(
+    conn: Connection, binding: Binding, stmt: sa.Select[*tuple[Any, ...]] = _Q_DEPLOYABLE
+) -> tuple[list[sa.Row[*tuple[Any, ...]]] | None, str | None]:
+    """The rows of the deployable a bind names (``stmt``'s: one, or one per attribute it
+    offers by), or the reason it cannot take the bind."""
+    rows = list(conn.execute(stmt, {"p_rp_uuid": binding.device_rp_uuid}))
+    row = rows[0] if rows else None
     if row is None:
         return None, f"no deployable has resource provider {binding.device_rp_uuid}"
     if row.hostname != binding.hostname:
@@ -332,35 +605,99 @@ def _find_deployable(conn, binding: Binding) -> tuple[sa.Row | None, str | None]
         return None, f"device {row.device_uuid} is {row.presence} (gone from its host)"
     if row.status != "enabled":
         return None, f"device {row.device_uuid} is disabled (status {row.status})"
-    return row, None
+    if row.activation != "ready":
+        return None, (
+            f"device {row.device_uuid} is not ready (activation {row.activation}): an "
+            "operator marks it ready before it is offered (doc/devices.md)"
+        )
+    if row.programming is not None:
+        return None, f"device {row.device_uuid} is being programmed (program {row.programming})"
+    if row.health_held is not None:
+        why = f": {row.health_reason}" if row.health_reason else ""
+        return None, (
+            f"device {row.device_uuid} is held back as unhealthy (by its {row.health_held})"
+            f"{why}; it is offered again once recovered or cleared (doc/devices.md, Health)"
+        )
+    return rows, None
 
 
-def _take_handle(conn, deployable_id: int, skip_locked: bool) -> int | None:
-    """Take a free attach handle of the deployable with a compare-and-set."""
+def _unsatisfied(group: Mapping[str, str], rows: list[sa.Row[*tuple[Any, ...]]]) -> str | None:
+    """Why the deployable cannot serve the ARQ's profile group, or None: the group's
+    resource class (one of them), its required traits and its forbidden ones, against
+    what the deployable offers, as Placement would have matched them. Nova's allocation
+    normally guarantees it; a caller naming another provider gets a failed bind, never
+    a device the group did not ask for. ``rows``: _Q_DEPLOYABLE_OFFER's."""
+    classes: set[str] = set()
+    required: set[str] = set()
+    forbidden: set[str] = set()
+    for key, value in group.items():
+        if key.startswith("resources:"):
+            classes.add(key[len("resources:") :].strip())
+        elif key.startswith("trait:"):
+            wanted = {"required": required, "forbidden": forbidden}.get(str(value).strip())
+            if wanted is not None:
+                wanted.add(key[len("trait:") :].strip())
+    if not (classes or required or forbidden):
+        return None
+    deployable = rows[0]
+    offer = [
+        (r.offer_key, r.offer_value, r.offer_source)
+        for r in rows
+        if r.offer_key is not None and r.id == deployable.id
+    ]
+    rc, traits = offers.offered(offer, deployable.device_type)
+    where = f"deployable {deployable.name} (resource provider {deployable.rp_uuid})"
+    if classes and rc not in classes:
+        return (
+            f"{where} offers resource class {rc}, not {' or '.join(sorted(classes))} as its "
+            "device profile group asks"
+        )
+    if required - traits:
+        return f"{where} lacks required trait(s) {', '.join(sorted(required - traits))}"
+    if forbidden & traits:
+        return f"{where} has forbidden trait(s) {', '.join(sorted(forbidden & traits))}"
+    return None
+
+
+def _take_handle(
+    conn: Connection, deployable_id: int, skip_locked: bool, handle_id: int | None = None
+) -> int | None:
+    """Take a free attach handle of the deployable with a compare-and-set (``handle_id``:
+    that one, if it is free and present: a claim that names its handles)."""
+    if handle_id is not None:
+        taken = conn.execute(
+            _Q_TAKE_NAMED_HANDLE,
+            {"p_id": handle_id, "p_deployable_id": deployable_id, "p_now": models.utcnow()},
+        ).rowcount
+        return handle_id if taken == 1 else None
     stmt = _Q_FREE_HANDLE_SKIP_LOCKED if skip_locked else _Q_FREE_HANDLE
     while True:
-        candidate = conn.execute(stmt, {"p_deployable_id": deployable_id}).scalar()
+        candidate: int | None = conn.execute(stmt, {"p_deployable_id": deployable_id}).scalar()
         if candidate is None:
             return None
-        taken = conn.execute(
-            _Q_TAKE_HANDLE, {"p_id": candidate, "p_now": models.utcnow()}
-        ).rowcount
+        taken = conn.execute(_Q_TAKE_HANDLE, {"p_id": candidate, "p_now": models.utcnow()}).rowcount
         if taken == 1:
             return candidate
 
 
-def _release_handle(conn, handle_id: int | None) -> None:
+def _release_handle(conn: Connection, handle_id: int | None) -> None:
     if handle_id is None:
         return
-    conn.execute(_Q_RELEASE_HANDLE, {"p_id": handle_id, "p_now": models.utcnow()})
-    _collect_lost_device(conn, handle_id)
-    # A handle its host stopped reporting while it was held goes once released.
-    conn.execute(_Q_DELETE_LOST_HANDLE, {"p_id": handle_id})
-
-
-def _collect_lost_device(conn, handle_id: int) -> None:
-    """A lost device is deleted once its last held attach handle is released."""
+    released = conn.execute(
+        _Q_RELEASE_HANDLE, {"p_id": handle_id, "p_now": models.utcnow()}
+    ).rowcount
     row = conn.execute(_Q_DEVICE_OF_HANDLE, {"p_id": handle_id}).first()
+    _collect_lost_device(conn, row)
+    # A handle its host stopped reporting while it was held goes once released. The
+    # release locked it (its row, or the database on SQLite), so the presence just read
+    # stays true until this commits; without the lock, the delete asks the database.
+    if row is not None and (row.handle_presence == "lost" or released != 1):
+        conn.execute(_Q_DELETE_LOST_HANDLE, {"p_id": handle_id})
+
+
+def _collect_lost_device(conn: Connection, row: sa.Row[*tuple[Any, ...]] | None) -> None:
+    """A lost device is deleted once its last held attach handle is released (``row``:
+    _Q_DEVICE_OF_HANDLE's for the handle just released)."""
     if row is None or row.presence != "lost":
         return
     # Lock the device: of two last holders released at once, the second waits here
@@ -377,46 +714,80 @@ def _collect_lost_device(conn, handle_id: int) -> None:
     ).scalar()
     if not still_held:
         conn.execute(
-            sa.update(arq).where(arq.c.deployable_id.in_(
-                sa.select(dep.c.id).where(dep.c.device_id == row.id)
-            )).values(deployable_id=None)
+            sa.update(arq)
+            .where(arq.c.deployable_id.in_(sa.select(dep.c.id).where(dep.c.device_id == row.id)))
+            .values(deployable_id=None)
         )
         conn.execute(sa.delete(dev).where(dev.c.id == row.id))
         # Its providers leave Placement now, not at the next drift repair.
-        from exosuit.placement.state import enqueue_sync
-
         enqueue_sync(conn, locked.hostname)
 
 
-def bind(conn, bindings: list[Binding], scope: Scope, *, skip_locked: bool,
-         bind_timeout: float = 60.0) -> list[BindResult]:
+def bind(
+    conn: Connection,
+    bindings: list[Binding],
+    scope: Scope,
+    *,
+    skip_locked: bool,
+    bind_timeout: float = 60.0,
+    programs: Mapping[str, ProgramNeed] | None = None,
+    resolve_first: bool = False,
+) -> list[BindResult]:
     """Bind ARQs: all move to BindStarted or none does; then each ends Bound or BindFailed,
     or stays BindStarted while its host works for it (up to ``bind_timeout`` seconds).
 
-    Raises AcceleratorRequestNotFound, ARQBadState or InstanceAlreadyBound (and
-    changes nothing) when the request itself is wrong. A bind that cannot be
-    satisfied (unknown provider, wrong host, disabled or lost device, no free
-    attach handle) leaves its ARQ BindFailed with the reason, and is reported
+    Raises AcceleratorRequestNotFound, ARQBadState or InstanceAlreadyBound (another
+    ARQ of the instance in the same project is bound or binding) and changes nothing
+    when the request itself is wrong. A bind that cannot be
+    satisfied (unknown provider, wrong host, disabled, lost or not ready device, no
+    free attach handle) leaves its ARQ BindFailed with the reason, and is reported
     in the result. Nova's notification of each instance's binds is queued here.
+    ``programs``: by ARQ uuid, what its group asks to be loaded (``program_groups``
+    says which ARQs ask). With ``resolve_first``, a group that asks for an image not in
+    ``programs`` raises ProgramsToResolve before anything is written: a caller can try
+    without looking images up first (most groups ask for none), and look them up when
+    asked to.
     """
     uuids = [b.uuid for b in bindings]
-    rows = _rows_for_update(conn, uuids, scope)
+    one = len(uuids) == 1
+    which: dict[str, Any] = {"p_uuids": uuids}
+    if one:
+        (first,) = bindings
+        which = {"p_uuid": first.uuid, "p_instance": first.instance_uuid, "p_owner": None}
+        which["p_owner"] = first.project_id
+    # Locked as _rows_for_update locks them.
+    to_bind = _Q_ROW_TO_BIND if one else _Q_ROWS_TO_BIND
+    rows = {row.uuid: row for row in _execute(conn, to_bind, scope, which)}
     _check_found(rows, uuids)
+    _check_unclaimed(conn, rows.values())
     results: dict[str, BindResult] = {}
-    pending = []
+    pending: list[Binding] = []
     for binding in bindings:
         row = rows[binding.uuid]
         same = (row.hostname, row.device_rp_uuid, row.instance_uuid) == (
-            binding.hostname, binding.device_rp_uuid, binding.instance_uuid)
+            binding.hostname,
+            binding.device_rp_uuid,
+            binding.instance_uuid,
+        )
         if row.state in (BOUND, BIND_STARTED) and same:
             # The same bind again (done, or waiting for its host): nothing to do.
+            results[binding.uuid] = BindResult(arq={"uuid": row.uuid, "state": row.state})
             continue
         if row.state not in BIND_SOURCES:
-            raise exceptions.ARQBadState(uuid=row.uuid, state=row.state,
-                                         expected=" or ".join(BIND_SOURCES))
+            raise exceptions.ARQBadState(
+                uuid=row.uuid, state=row.state, expected=" or ".join(BIND_SOURCES)
+            )
         pending.append(binding)
-    for instance in {b.instance_uuid for b in pending}:
-        others = conn.execute(_Q_OTHERS_BOUND, {"p_instance": instance, "p_uuids": uuids}).first()
+    groups = _profile_groups(rows[b.uuid] for b in pending)
+    if resolve_first:
+        _check_resolved(pending, rows, groups, programs or {})
+    owners = {(b.instance_uuid, b.project_id or rows[b.uuid].project_id) for b in pending}
+    for instance, project in sorted(owners, key=str):
+        if one:  # asked with the row (_Q_ROW_TO_BIND)
+            others = rows[uuids[0]].other_bound
+        else:
+            params = {"p_instance": instance, "p_project": project, "p_uuids": uuids}
+            others = conn.execute(_Q_OTHERS_BOUND, params).first()
         if others is not None:
             raise exceptions.InstanceAlreadyBound(instance=instance)
     now = models.utcnow()
@@ -437,36 +808,66 @@ def bind(conn, bindings: list[Binding], scope: Scope, *, skip_locked: bool,
             state = conn.execute(sa.select(arq.c.state).where(arq.c.uuid == binding.uuid)).scalar()
             if state is None:  # deleted meanwhile
                 raise exceptions.AcceleratorRequestNotFound(uuid=binding.uuid)
-            raise exceptions.ARQBadState(uuid=binding.uuid, state=state,
-                                         expected=" or ".join(BIND_SOURCES))
-    groups = _profile_groups(conn, [rows[b.uuid] for b in pending])
+            raise exceptions.ARQBadState(
+                uuid=binding.uuid, state=state, expected=" or ".join(BIND_SOURCES)
+            )
     for binding in pending:
         row = rows[binding.uuid]
         group = groups.get((row.device_profile_id, row.device_profile_group_id), {})
-        error = _complete_bind(conn, binding, skip_locked, group)
-        results[binding.uuid] = BindResult(arq={}, error=error)
-    out = []
-    for uuid in uuids:
-        result = results.get(uuid) or BindResult(arq={})
-        result.arq = get(conn, uuid, Scope(None))
-        out.append(result)
+        need = (programs or {}).get(binding.uuid)
+        state, error = _complete_bind(conn, binding, skip_locked, group, need, row.project_id)
+        results[binding.uuid] = BindResult(arq={"uuid": binding.uuid, "state": state}, error=error)
+        _record_bind(conn, binding, row.state, state, error)
     _queue_notifications(conn, pending, results, bind_timeout)
-    return out
+    return [results[uuid] for uuid in uuids]
 
 
-def _profile_groups(conn, rows) -> dict[tuple[int, int], dict]:
-    """(profile id, group index) → the group, for the profiles of ``rows``."""
-    ids = sorted({row.device_profile_id for row in rows})
-    if not ids:
-        return {}
-    groups = {}
-    for profile in conn.execute(_Q_PROFILE_GROUPS, {"p_ids": ids}):
-        for index, group in enumerate(json.loads(profile.profile_json).get("groups", [])):
-            groups[(profile.id, index)] = group
+def _record_bind(
+    conn: Connection, binding: Binding, before: str, state: str, error: str | None
+) -> None:
+    """The audit record of one ARQ's bind: ``bind.start`` while it waits for its host,
+    ``bind.end`` once Bound or BindFailed."""
+    after = {
+        "state": state,
+        "hostname": binding.hostname,
+        "device_rp_uuid": binding.device_rp_uuid,
+        "instance_uuid": binding.instance_uuid,
+    }
+    if error is not None:
+        after["reason"] = error
+    action = "bind.start" if state == BIND_STARTED else "bind.end"
+    audit.record(conn, action, "arq", binding.uuid, {"state": before}, after, host=binding.hostname)
+
+
+def _check_resolved(
+    pending: list[Binding],
+    rows: Mapping[str, sa.Row[*tuple[Any, ...]]],
+    groups: Mapping[tuple[int, int], dict[str, str]],
+    programs: Mapping[str, ProgramNeed],
+) -> None:
+    for binding in pending:
+        row = rows[binding.uuid]
+        group = groups.get((row.device_profile_id, row.device_profile_group_id), {})
+        if _PROGRAM_KEYS & set(group) and binding.uuid not in programs:
+            raise ProgramsToResolve(binding.uuid)
+
+
+def _profile_groups(
+    rows: Iterable[sa.Row[*tuple[Any, ...]]],
+) -> dict[tuple[int, int], dict[str, str]]:
+    """(profile id, group index) → the group, for the profiles of ``rows`` (which hold
+    their profile's ``profile_json``)."""
+    groups: dict[tuple[int, int], dict[str, str]] = {}
+    parsed: set[int] = set()
+    for row in rows:
+        if row.device_profile_id not in parsed:
+            parsed.add(row.device_profile_id)
+            for index, group in enumerate(json.loads(row.profile_json).get("groups", [])):
+                groups[(row.device_profile_id, index)] = group
     return groups
 
 
-def _needs_host_work(group: dict, deployable) -> bool:
+def _needs_host_work(group: dict[str, str], deployable: sa.Row[*tuple[Any, ...]]) -> bool:
     """Whether the host must work before the bind is Bound (doc/arq-states.md): the
     group asks for a bitstream the deployable does not have, or for a function, as
     Cyborg programs FPGAs during a bind."""
@@ -476,130 +877,325 @@ def _needs_host_work(group: dict, deployable) -> bool:
     return "accel:function_id" in group
 
 
-def _queue_notifications(conn, pending: list[Binding], results: dict[str, BindResult],
-                         bind_timeout: float) -> None:
-    """One Nova notification job per instance of this bind (exosuit/nova/events.py)."""
+def _queue_notifications(
+    conn: Connection, pending: list[Binding], results: dict[str, BindResult], bind_timeout: float
+) -> None:
+    """One Nova notification job per instance of this bind (exosuit/db/nova.py)."""
     rounds: dict[str, list[tuple[str, str | None]]] = {}
     for binding in pending:
         state = results[binding.uuid].arq["state"]
-        status = None if state == BIND_STARTED else (
-            nova_events.COMPLETED if state == BOUND else nova_events.FAILED)
+        status = (
+            None
+            if state == BIND_STARTED
+            else (nova_db.COMPLETED if state == BOUND else nova_db.FAILED)
+        )
         rounds.setdefault(binding.instance_uuid, []).append((binding.uuid, status))
     for instance, statuses in rounds.items():
-        nova_events.enqueue_round(conn, instance, statuses, bind_timeout=bind_timeout)
+        nova_db.enqueue_round(conn, instance, statuses, bind_timeout=bind_timeout)
 
 
-def _complete_bind(conn, binding: Binding, skip_locked: bool, group: dict) -> str | None:
-    deployable, error = _find_deployable(conn, binding)
+# The profile group keys that make a bind load an image (doc/programming.md).
+_PROGRAM_KEYS = frozenset({"accel:bitstream_id", "accel:function_id"})
+_Q_GROUPS_OF = _prebuilt(
+    sa.select(
+        arq.c.uuid,
+        arq.c.project_id,
+        arq.c.device_profile_id,
+        arq.c.device_profile_group_id,
+        dp.c.profile_json,
+    )
+    .select_from(arq.join(dp, arq.c.device_profile_id == dp.c.id))
+    .where(arq.c.uuid.in_(_UUIDS))
+)
+
+
+def program_groups(
+    conn: Connection, uuids: list[str], scope: Scope
+) -> dict[str, tuple[str | None, dict[str, str]]]:
+    """ARQ uuid → (its project, its profile group), for those of ``uuids`` whose group
+    asks for an image (``accel:bitstream_id``, ``accel:function_id``): what a caller
+    resolves before ``bind``."""
+    rows = list(_execute(conn, _Q_GROUPS_OF, scope, {"p_uuids": uuids}))
+    groups = _profile_groups(rows)
+    found = {}
+    for row in rows:
+        group = groups.get((row.device_profile_id, row.device_profile_group_id), {})
+        if _PROGRAM_KEYS & set(group):
+            found[row.uuid] = (row.project_id, group)
+    return found
+
+
+def _wait_or_bind(
+    conn: Connection,
+    binding: Binding,
+    deployable: sa.Row[*tuple[Any, ...]],
+    handle_id: int,
+    group: dict[str, str],
+    need: ProgramNeed | None,
+    project_id: str | None,
+) -> tuple[sa.Update | None, str | None]:
+    """How the bind ends now that it holds a handle: Bound, waiting for its host (a
+    program queued), or the reason it fails."""
+    if need is None:
+        return (_Q_WAIT_FOR_HOST if _needs_host_work(group, deployable) else _Q_BOUND), None
+    loaded = deployable.bitstream_id
+    if loaded is not None and loaded in (need.bitstream_id, need.image and need.image.uuid):
+        return _Q_BOUND, None
+    if need.image is None:
+        return None, need.error or "no image to load"
+    error = programs_db.queue_for_arq(
+        conn,
+        deployable.id,
+        need.image,
+        arq_uuid=binding.uuid,
+        project_id=binding.project_id or project_id,
+        own_handle=handle_id,
+    )
+    return (None, error) if error is not None else (_Q_WAIT_FOR_HOST, None)
+
+
+def _complete_bind(
+    conn: Connection,
+    binding: Binding,
+    skip_locked: bool,
+    group: dict[str, str],
+    need: ProgramNeed | None = None,
+    project_id: str | None = None,
+    named: tuple[int, str] | None = None,
+) -> tuple[str, str | None]:
+    """Take a handle (``named``: that one, its id and uuid) and end the bind (its ARQ
+    BindStarted and locked): the ARQ's state now (Bound, BindStarted while its host
+    works, or BindFailed) and why it failed."""
+    found, error = _find_deployable(conn, binding, _Q_DEPLOYABLE_OFFER)
+    deployable = found[0] if found else None
+    if found:
+        error = _unsatisfied(group, found)
     handle_id = None
-    if deployable is not None:
-        handle_id = _take_handle(conn, deployable.id, skip_locked)
-        if handle_id is None:
+    if deployable is not None and error is None:
+        handle_id = _take_handle(conn, deployable.id, skip_locked, named and named[0])
+        if handle_id is None and named is not None:
+            error = f"attach handle {named[1]} is held (or gone from its host)"
+        elif handle_id is None:
             error = f"no free attach handle on deployable {deployable.name}"
         else:
             # Look again now that the handle is ours: an agent report that marked the
             # device lost meanwhile has committed (it locks the handles before it
             # decides), so this read sees it; a later one waits for this bind.
-            _, error = _find_deployable(conn, binding)
+            _, error = _find_deployable(conn, binding, _Q_DEPLOYABLE_CHECKS)
             if error is not None:
                 _release_handle(conn, handle_id)
                 handle_id = None
-    now = models.utcnow()
+    stmt = None
     if error is None:
-        stmt = _Q_WAIT_FOR_HOST if _needs_host_work(group, deployable) else _Q_BOUND
-        conn.execute(stmt, {"p_uuid": binding.uuid, "p_handle_id": handle_id,
-                            "p_deployable_id": deployable.id, "p_now": now})
-        return None
-    conn.execute(_Q_BIND_FAILED, {"p_uuid": binding.uuid, "p_reason": error, "p_now": now})
-    return error
+        # _find_deployable returned a deployable and a handle was taken, or else a reason.
+        assert deployable is not None and handle_id is not None
+        stmt, error = _wait_or_bind(conn, binding, deployable, handle_id, group, need, project_id)
+        if stmt is None:
+            _release_handle(conn, handle_id)
+    now = models.utcnow()
+    if stmt is not None:
+        assert deployable is not None
+        won = conn.execute(
+            stmt,
+            {
+                "p_uuid": binding.uuid,
+                "p_handle_id": handle_id,
+                "p_deployable_id": deployable.id,
+                "p_now": now,
+            },
+        ).rowcount
+        state = BOUND if stmt is _Q_BOUND else BIND_STARTED
+        return _state_after(conn, binding.uuid, won, state), None
+    won = conn.execute(
+        _Q_BIND_FAILED, {"p_uuid": binding.uuid, "p_reason": error, "p_now": now}
+    ).rowcount
+    return _state_after(conn, binding.uuid, won, BIND_FAILED), error
 
 
-def unbind(conn, uuids: list[str], scope: Scope) -> list[dict]:
+def bind_for_claim(
+    conn: Connection,
+    uuid: str,
+    hostname: str,
+    rp_uuid: str,
+    group: dict[str, str],
+    *,
+    skip_locked: bool,
+    need: ProgramNeed | None = None,
+    project_id: str | None = None,
+    named: tuple[int, str] | None = None,
+) -> tuple[str, str | None]:
+    """End the bind of an ARQ a claim inserted BindStarted on ``hostname``'s
+    deployable ``rp_uuid`` (exosuit/db/claims.py): exactly a bind's checks (device
+    present, enabled, ready, not being programmed; the profile ``group`` matched), its
+    compare-and-set on a free attach handle (``named``: that one) and its program for
+    ``need``, without Nova's notification. The ARQ's state and why it failed."""
+    binding = Binding(uuid, hostname, rp_uuid, instance_uuid="", project_id=project_id)
+    return _complete_bind(conn, binding, skip_locked, group, need, project_id, named)
+
+
+def _state_after(conn: Connection, uuid: str, won: int, state: str) -> str:
+    """``state`` when the compare-and-set that set it won (always, on a row this
+    transaction locked and made BindStarted); else the state read back, as it is."""
+    if won == 1:
+        return state
+    return get(conn, uuid, Scope(None))["state"]  # type: ignore[no-any-return]
+
+
+def unbind(conn: Connection, uuids: list[str], scope: Scope) -> list[dict[str, Any]]:
     """Unbind ARQs: release their attach handles, clear the binding, state Unbound."""
     rows = _rows_for_update(conn, uuids, scope)
     _check_found(rows, uuids)
+    _check_unclaimed(conn, rows.values())
     for uuid in uuids:
         row = rows[uuid]
         if row.state not in UNBIND_SOURCES:
-            raise exceptions.ARQBadState(uuid=uuid, state=row.state,
-                                         expected=" or ".join(UNBIND_SOURCES))
+            raise exceptions.ARQBadState(
+                uuid=uuid, state=row.state, expected=" or ".join(UNBIND_SOURCES)
+            )
     for uuid in uuids:
         _unbind_one(conn, rows[uuid])
     return [get(conn, u, Scope(None)) for u in uuids]
 
 
-def _unbind_one(conn, row) -> None:
+def _unbind_one(conn: Connection, row: sa.Row[*tuple[Any, ...]]) -> None:
     won = conn.execute(_Q_UNBIND, {"p_id": row.id, "p_now": models.utcnow()}).rowcount
     if won == 1:
         _release_handle(conn, row.attach_handle_id)
         _abandon_host_work(conn, row)
+        before = {"state": row.state, "hostname": row.hostname, "instance_uuid": row.instance_uuid}
+        audit.record(conn, "unbind", "arq", row.uuid, before, {"state": UNBOUND}, host=row.hostname)
 
 
-def _delete_rows(conn, rows) -> None:
+def _delete_rows(
+    conn: Connection, rows: Iterable[sa.Row[*tuple[Any, ...]]]
+) -> list[sa.Row[*tuple[Any, ...]]]:
+    """Delete the ARQs of ``rows`` (handles released); those this deleted."""
+    done = []
     for row in rows:
         deleted = conn.execute(_Q_DELETE, {"p_id": row.id}).rowcount
         if deleted == 1:
             _release_handle(conn, row.attach_handle_id)
             _abandon_host_work(conn, row)
+            done.append(row)
+    return done
 
 
-def _abandon_host_work(conn, row) -> None:
+def _record_deletes(conn: Connection, rows: Iterable[sa.Row[*tuple[Any, ...]]]) -> None:
+    changes = [
+        audit.Change(r.uuid, {"state": r.state, "instance_uuid": r.instance_uuid}, None, r.hostname)
+        for r in rows
+    ]
+    audit.record_many(conn, "delete", "arq", changes)
+
+
+def _abandon_host_work(conn: Connection, row: sa.Row[*tuple[Any, ...]]) -> None:
     """A bind waiting for its host that is unbound or deleted has failed: Nova hears so
     now, not at the deadline."""
     if row.state == BIND_STARTED:
-        nova_events.record_resolution(conn, row.instance_uuid, row.uuid, nova_events.FAILED)
+        nova_db.record_resolution(conn, row.instance_uuid, row.uuid, nova_db.FAILED)
 
 
-def delete_by_uuids(conn, uuids: list[str], scope: Scope) -> list[str]:
-    """Delete the ARQs that exist (releasing their handles); return the missing uuids."""
+def delete_by_uuids(
+    conn: Connection, uuids: list[str], scope: Scope, *, service_token: bool = True
+) -> list[str]:
+    """Delete the ARQs that exist (releasing their handles); return the missing uuids.
+
+    Without a ``service_token``, raises ServiceTokenRequired (deleting nothing) when
+    any of them is bound to an instance: only Nova deletes those.
+    """
+    if not service_token and bound_uuids(conn, uuids, scope):
+        raise exceptions.ServiceTokenRequired(
+            action="Deleting accelerator requests bound to an instance"
+        )
     rows = _rows_for_update(conn, uuids, scope)
-    _delete_rows(conn, rows.values())
+    _check_unclaimed(conn, rows.values())
+    _record_deletes(conn, _delete_rows(conn, rows.values()))
     return [u for u in uuids if u not in rows]
 
 
-def bound_uuids(conn, uuids: list[str], scope: Scope) -> list[str]:
+def bound_uuids(conn: Connection, uuids: list[str], scope: Scope) -> list[str]:
     """Those of ``uuids`` that belong to an instance (need a service token to delete)."""
     return [r.uuid for r in _execute(conn, _Q_BOUND_UUIDS, scope, {"p_uuids": uuids})]
 
 
-def delete_by_instance(conn, instance: str, scope: Scope) -> int:
+def delete_by_instance(conn: Connection, instance: str, scope: Scope) -> int:
     """Delete every ARQ of the instance (idempotent); return how many."""
-    rows = _execute(conn, _Q_BY_INSTANCE, scope, {"p_instance": instance}).all()
+    if not conn.dialect.delete_returning:  # MySQL: lock, then delete each
+        rows = _execute(conn, _Q_BY_INSTANCE, scope, {"p_instance": instance}).all()
+        _record_deletes(conn, _delete_rows(conn, rows))
+        return len(rows)
+    params = {"p_instance": instance}
+    stmt = _Q_DELETE_OF_INSTANCE[0]
+    if scope.project_id is not None:
+        stmt, params["p_project"] = _Q_DELETE_OF_INSTANCE[1], scope.project_id
+    deleted = conn.execute(stmt, params).all()
+    for row in deleted:  # as _delete_rows does after each delete
+        _release_handle(conn, row.attach_handle_id)
+        _abandon_host_work(conn, row)
+    _record_deletes(conn, deleted)
+    return len(deleted)
+
+
+def delete_of_claim(conn: Connection, claim_id: int) -> int:
+    """Delete every ARQ of a claim, releasing their attach handles (the claim's release,
+    exosuit/db/claims.py); how many."""
+    rows = conn.execute(_Q_OF_CLAIM, {"p_claim": claim_id}).all()
     _delete_rows(conn, rows)
     return len(rows)
 
 
-def finish_host_work(conn, hostname: str, uuid: str, *, error: str | None) -> dict:
+def finish_host_work(
+    conn: Connection, hostname: str, uuid: str, *, error: str | None, program: bool = False
+) -> dict[str, Any]:
     """The agent of ``hostname`` reports the work a BindStarted ARQ waits for: done
     (``error`` None: Bound) or failed (BindFailed with ``error``, handle released).
     Nova's notification learns it in this transaction.
 
     Idempotent: the same report again returns the ARQ unchanged. Raises
     AcceleratorRequestNotFound for an ARQ that does not exist or is not bound to
-    this host, and ARQBadState when it waits for nothing (e.g. it timed out).
+    this host, and ARQBadState when it waits for nothing (e.g. it timed out) or
+    for a program (whose reports end it: ``program`` True only for those).
     """
     row = _rows_for_update(conn, [uuid], Scope(None)).get(uuid)
     if row is None or row.hostname != hostname:
         raise exceptions.AcceleratorRequestNotFound(uuid=uuid)
+    running = None if program else programs_db.running_for_arq(conn, uuid)
+    if running is not None:
+        raise exceptions.ARQBadState(
+            uuid=uuid,
+            state=f"{row.state}, waiting for program {running}",
+            expected=f"a report on program {running} (PUT …/programs/{running})",
+        )
     if (row.state, error is None) in ((BOUND, True), (BIND_FAILED, False)):
         return get(conn, uuid, Scope(None))
     if row.state != BIND_STARTED:
         raise exceptions.ARQBadState(uuid=uuid, state=row.state, expected=BIND_STARTED)
     now = models.utcnow()
+    after: dict[str, Any] = {"state": BOUND if error is None else BIND_FAILED}
     if error is None:
         conn.execute(_Q_HOST_DONE, {"p_uuid": uuid, "p_now": now})
-        status = nova_events.COMPLETED
+        status = nova_db.COMPLETED
     else:
-        conn.execute(_Q_HOST_FAILED, {"p_uuid": uuid, "p_instance": row.instance_uuid,
-                                      "p_reason": f"host {hostname}: {error}", "p_now": now})
+        conn.execute(
+            _Q_HOST_FAILED,
+            {
+                "p_uuid": uuid,
+                "p_instance": row.instance_uuid,
+                "p_reason": f"host {hostname}: {error}",
+                "p_now": now,
+            },
+        )
         _release_handle(conn, row.attach_handle_id)
-        status = nova_events.FAILED
-    nova_events.record_resolution(conn, row.instance_uuid, uuid, status)
+        status = nova_db.FAILED
+        after["reason"] = f"host {hostname}: {error}"
+    nova_db.record_resolution(conn, row.instance_uuid, uuid, status)
+    audit.record(conn, "bind.end", "arq", uuid, {"state": row.state}, after, host=hostname)
     return get(conn, uuid, Scope(None))
 
 
-def time_out_binds(conn, instance_uuid: str, uuids: list[str], *,
-                   reason: str) -> dict[str, str | None]:
+def time_out_binds(
+    conn: Connection, instance_uuid: str, uuids: list[str], *, reason: str
+) -> dict[str, str | None]:
     """The deadline of a bind round passed: those of ``uuids`` still BindStarted for
     ``instance_uuid`` become BindFailed (handles released). Returns each ARQ's state
     now (None: deleted)."""
@@ -613,9 +1209,52 @@ def time_out_binds(conn, instance_uuid: str, uuids: list[str], *,
             continue
         states[uuid] = row.state
         if row.state == BIND_STARTED and row.instance_uuid == instance_uuid:
-            won = conn.execute(_Q_HOST_FAILED, {"p_uuid": uuid, "p_instance": instance_uuid,
-                                                "p_reason": reason, "p_now": now}).rowcount
+            won = conn.execute(
+                _Q_HOST_FAILED,
+                {"p_uuid": uuid, "p_instance": instance_uuid, "p_reason": reason, "p_now": now},
+            ).rowcount
             if won == 1:
                 _release_handle(conn, row.attach_handle_id)
+                programs_db.fail_for_arq(conn, uuid, f"its bind timed out: {reason}")
                 states[uuid] = BIND_FAILED
+                after = {"state": BIND_FAILED, "reason": reason}
+                audit.record(
+                    conn, "bind.end", "arq", uuid, {"state": row.state}, after, host=row.hostname
+                )
     return states
+
+
+def report_program(
+    conn: Connection, hostname: str, uuid: str, report: programs_db.Report
+) -> dict[str, Any]:
+    """The agent of ``hostname`` reports a program's progress
+    (exosuit/db/programs.py ``record_report``); a bind's program that ends makes its
+    ARQ Bound or BindFailed (handle released) through ``finish_host_work``, and Nova
+    hears of it. An ARQ that stopped waiting meanwhile (unbound, deleted, timed out)
+    is left as it is: the program's end still stands for the device."""
+    program, ended = programs_db.record_report(conn, hostname, uuid, report)
+    if ended and program["arq_uuid"] is not None:
+        _end_bind_of(conn, program)
+    return program
+
+
+def time_out_program(conn: Connection, uuid: str, reason: str) -> bool:
+    """Fail a program its host did not finish in time (the conductor's sweep), and the
+    bind waiting for it. False when it had ended already."""
+    program = programs_db.get(conn, uuid)
+    if not programs_db.fail(conn, uuid, reason):
+        return False
+    if program["arq_uuid"] is not None:
+        _end_bind_of(conn, programs_db.get(conn, uuid))
+    return True
+
+
+def _end_bind_of(conn: Connection, program: dict[str, Any]) -> None:
+    error = None
+    if program["state"] != programs_db.DONE:
+        error = f"program {program['uuid']} of image {program['image_uuid']} failed: "
+        error += program["reason"] or "no reason given"
+    try:
+        finish_host_work(conn, program["hostname"], program["arq_uuid"], error=error, program=True)
+    except (exceptions.AcceleratorRequestNotFound, exceptions.ARQBadState):
+        pass  # it stopped waiting (unbound, deleted, timed out): nothing left to end

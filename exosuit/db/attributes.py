@@ -1,14 +1,21 @@
-"""Attributes of deployables (``rc``, ``trait*`` …): queries, create, delete."""
+"""Attributes of deployables (``rc``, ``trait*`` …): queries, create, delete.
+
+Attributes ``rc`` and ``trait*`` shape the deployable's provider in Placement, so
+creating or deleting one queues its host's Placement sync in the same transaction.
+"""
 
 from __future__ import annotations
 
 import uuid as uuidlib
+from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from exosuit import exceptions
-from exosuit.db import models
+from exosuit.db import audit, models
 from exosuit.db.pagination import Page, paginate
+from exosuit.db.placement import enqueue_sync_of_deployable
 
 __all__ = ["create", "delete", "get", "list_attributes"]
 
@@ -16,8 +23,13 @@ t = models.attributes
 SORT_COLUMNS = {"created_at": t.c.created_at, "uuid": t.c.uuid, "key": t.c.key}
 
 
-def list_attributes(conn, *, deployable_id: int | None = None, key: str | None = None,
-                    page: Page | None = None) -> list[dict]:
+def list_attributes(
+    conn: Connection,
+    *,
+    deployable_id: int | None = None,
+    key: str | None = None,
+    page: Page | None = None,
+) -> list[dict[str, Any]]:
     stmt = sa.select(t)
     if deployable_id is not None:
         stmt = stmt.where(t.c.deployable_id == deployable_id)
@@ -27,14 +39,14 @@ def list_attributes(conn, *, deployable_id: int | None = None, key: str | None =
     return [dict(r._mapping) for r in conn.execute(stmt)]
 
 
-def get(conn, uuid: str) -> dict:
+def get(conn: Connection, uuid: str) -> dict[str, Any]:
     row = conn.execute(sa.select(t).where(t.c.uuid == uuid)).first()
     if row is None:
         raise exceptions.AttributeNotFound(uuid=uuid)
     return dict(row._mapping)
 
 
-def create(conn, *, deployable_id: int, key: str, value: str) -> dict:
+def create(conn: Connection, *, deployable_id: int, key: str, value: str) -> dict[str, Any]:
     """An operator's attribute: kept across agent snapshots (source ``api``)."""
     exists = conn.execute(
         sa.select(models.deployables.c.id).where(models.deployables.c.id == deployable_id)
@@ -42,11 +54,43 @@ def create(conn, *, deployable_id: int, key: str, value: str) -> dict:
     if exists is None:
         raise exceptions.Invalid(reason=f"deployable_id {deployable_id} does not exist")
     uuid = str(uuidlib.uuid4())
-    conn.execute(sa.insert(t).values(uuid=uuid, deployable_id=deployable_id, key=key,
-                                     value=value, source="api", created_at=models.utcnow()))
+    conn.execute(
+        sa.insert(t).values(
+            uuid=uuid,
+            deployable_id=deployable_id,
+            key=key,
+            value=value,
+            source="api",
+            created_at=models.utcnow(),
+        )
+    )
+    enqueue_sync_of_deployable(conn, deployable_id)
+    _record(conn, "attribute.create", deployable_id, None, {"key": key, "value": value})
     return get(conn, uuid)
 
 
-def delete(conn, uuid: str) -> None:
+def delete(conn: Connection, uuid: str) -> None:
+    attribute = get(conn, uuid)
+    deployable_id = attribute["deployable_id"]
     if not conn.execute(sa.delete(t).where(t.c.uuid == uuid)).rowcount:
         raise exceptions.AttributeNotFound(uuid=uuid)
+    enqueue_sync_of_deployable(conn, deployable_id)
+    before = {"key": attribute["key"], "value": attribute["value"]}
+    _record(conn, "attribute.delete", deployable_id, before, None)
+
+
+def _record(
+    conn: Connection,
+    action: str,
+    deployable_id: int,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+) -> None:
+    """The audit record of an operator's attribute change: on its deployable."""
+    dep, dev = models.deployables, models.devices
+    row = conn.execute(
+        sa.select(dep.c.uuid, dev.c.hostname)
+        .join(dev, dev.c.id == dep.c.device_id)
+        .where(dep.c.id == deployable_id)
+    ).one()
+    audit.record(conn, action, "deployable", row.uuid, before, after, host=row.hostname)

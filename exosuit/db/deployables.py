@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from exosuit import exceptions
-from exosuit.db import models
+from exosuit.db import changes, models
 from exosuit.db.pagination import Page, paginate
 
-__all__ = ["get", "list_deployables"]
+__all__ = ["get", "list_all_unless", "list_deployables"]
 
 t = models.deployables
 attr = models.attributes
@@ -38,11 +41,13 @@ _Q_ATTRIBUTES = (
 )
 
 
-def _with_attributes(conn, rows) -> list[dict]:
+def _with_attributes(
+    conn: Connection, rows: Iterable[sa.Row[*tuple[Any, ...]]]
+) -> list[dict[str, Any]]:
     result = [dict(r._mapping) for r in rows]
     if not result:
         return result
-    by_id: dict[int, list] = defaultdict(list)
+    by_id: dict[int, list[dict[str, str]]] = defaultdict(list)
     for row in conn.execute(_Q_ATTRIBUTES, {"p_ids": [d["id"] for d in result]}):
         by_id[row.deployable_id].append({row.key: row.value})
     for deployable in result:
@@ -50,7 +55,9 @@ def _with_attributes(conn, rows) -> list[dict]:
     return result
 
 
-def list_deployables(conn, *, filters: dict | None = None, page: Page | None = None) -> list:
+def list_deployables(
+    conn: Connection, *, filters: dict[str, str] | None = None, page: Page | None = None
+) -> list[dict[str, Any]]:
     if not filters and page is None:
         return _list_all(conn)
     stmt = sa.select(t)
@@ -60,9 +67,22 @@ def list_deployables(conn, *, filters: dict | None = None, page: Page | None = N
     return _with_attributes(conn, conn.execute(stmt))
 
 
-def _list_all(conn) -> list[dict]:
-    result: list[dict] = []
-    current: dict = {}
+def list_all_unless(conn: Connection, known: int | None) -> tuple[int, list[dict[str, Any]] | None]:
+    """The unpaged list's version (exosuit/db/changes.py) and the list, or None in its
+    place when the version is ``known`` (nothing changed since the caller read it).
+
+    The version is read before the list: a change committed between the two reads
+    leaves the version older than the list (the next call reads it again), never newer.
+    """
+    version = changes.version(conn)
+    if version == known:
+        return version, None
+    return version, _list_all(conn)
+
+
+def _list_all(conn: Connection) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = []
+    current: dict[str, Any] = {}
     for row in conn.execute(_Q_ALL):
         if not result or current["id"] != row.id:
             # zip stops at the deployable's columns, before the attribute's two.
@@ -74,7 +94,7 @@ def _list_all(conn) -> list[dict]:
     return result
 
 
-def get(conn, uuid: str) -> dict:
+def get(conn: Connection, uuid: str) -> dict[str, Any]:
     rows = conn.execute(_Q_GET, {"p_uuid": uuid}).all()
     if not rows:
         raise exceptions.DeployableNotFound(uuid=uuid)

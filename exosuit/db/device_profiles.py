@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import uuid as uuidlib
+from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from exosuit import exceptions
-from exosuit.db import models
+from exosuit.db import audit, models
 from exosuit.db.pagination import Page, paginate
 
 __all__ = ["create", "delete_by_names", "delete_by_uuid", "get", "list_profiles"]
@@ -18,14 +21,17 @@ SORT_COLUMNS = {"created_at": t.c.created_at, "name": t.c.name, "uuid": t.c.uuid
 
 # Built once: reusing a statement object spares SQLAlchemy building it and computing
 # its cache key at every request.
-_IDS = sa.bindparam("p_ids", expanding=True)
-_Q_ID_BY = {field: sa.select(t.c.id).where(t.c[field] == sa.bindparam("p_value"))
-            for field in ("name", "uuid")}
-_Q_GET_BY = {field: sa.select(t).where(t.c[field] == sa.bindparam("p_value"))
-             for field in ("name", "uuid")}
+_IDS: sa.BindParameter[list[int]] = sa.bindparam("p_ids", expanding=True)
+_Q_ID_BY = {
+    field: sa.select(t.c.id).where(t.c[field] == sa.bindparam("p_value"))
+    for field in ("name", "uuid")
+}
+_Q_GET_BY = {
+    field: sa.select(t).where(t.c[field] == sa.bindparam("p_value")) for field in ("name", "uuid")
+}
 _Q_INSERT = sa.insert(t)
 _Q_DELETE = sa.delete(t).where(t.c.id.in_(_IDS))
-_Q_ROWS_BY_UUID = sa.select(t.c.id, t.c.name).where(t.c.uuid == sa.bindparam("p_value"))
+_Q_ROWS_BY_UUID = sa.select(t.c.id, t.c.name, t.c.uuid).where(t.c.uuid == sa.bindparam("p_value"))
 _arq = models.accelerator_requests
 _Q_IN_USE = (
     sa.select(_arq.c.device_profile_id, sa.func.count())
@@ -34,20 +40,27 @@ _Q_IN_USE = (
 )
 
 
-def _to_dict(row) -> dict:
+def _to_dict(row: sa.Row[*tuple[Any, ...]]) -> dict[str, Any]:
     data = dict(row._mapping)
     data["groups"] = json.loads(data.pop("profile_json")).get("groups", [])
     return data
 
 
-def create(conn, *, name: str, groups: list[dict], description: str | None = None,
-           uuid: str | None = None) -> dict:
+def create(
+    conn: Connection,
+    *,
+    name: str,
+    groups: list[dict[str, str]],
+    description: str | None = None,
+    uuid: str | None = None,
+) -> dict[str, Any]:
     """Insert a profile; DeviceProfileExists if the name or uuid is taken."""
     for field, value in (("name", name), ("uuid", uuid)):
         if value is not None and conn.execute(_Q_ID_BY[field], {"p_value": value}).first():
             raise exceptions.DeviceProfileExists(field=field, value=value)
+    new_uuid = uuid or str(uuidlib.uuid4())
     values = {
-        "uuid": uuid or str(uuidlib.uuid4()),
+        "uuid": new_uuid,
         "name": name,
         "description": description,
         "profile_json": json.dumps({"groups": groups}),
@@ -59,17 +72,20 @@ def create(conn, *, name: str, groups: list[dict], description: str | None = Non
     except sa.exc.IntegrityError:
         # A concurrent create took the name between our check and the insert.
         raise exceptions.DeviceProfileExists(field="name", value=name) from None
-    return get(conn, values["uuid"])
+    audit.record(conn, "create", "device_profile", new_uuid, None, {"name": name, "groups": groups})
+    return get(conn, new_uuid)
 
 
-def get(conn, ident: str, *, by_name: bool = False) -> dict:
+def get(conn: Connection, ident: str, *, by_name: bool = False) -> dict[str, Any]:
     row = conn.execute(_Q_GET_BY["name" if by_name else "uuid"], {"p_value": ident}).first()
     if row is None:
         raise exceptions.DeviceProfileNotFound(ident=ident)
     return _to_dict(row)
 
 
-def list_profiles(conn, *, names: list[str] | None = None, page: Page | None = None) -> list:
+def list_profiles(
+    conn: Connection, *, names: list[str] | None = None, page: Page | None = None
+) -> list[dict[str, Any]]:
     stmt = sa.select(t)
     if names is not None:
         stmt = stmt.where(t.c.name.in_(names))
@@ -77,7 +93,7 @@ def list_profiles(conn, *, names: list[str] | None = None, page: Page | None = N
     return [_to_dict(row) for row in conn.execute(stmt)]
 
 
-def _delete(conn, rows) -> None:
+def _delete(conn: Connection, rows: Sequence[sa.Row[*tuple[Any, ...]]]) -> None:
     ids = [row.id for row in rows]
     in_use = conn.execute(_Q_IN_USE, {"p_ids": ids}).all()
     if in_use:
@@ -85,18 +101,21 @@ def _delete(conn, rows) -> None:
         profile_id, count = in_use[0]
         raise exceptions.DeviceProfileInUse(name=names[profile_id], count=count)
     conn.execute(_Q_DELETE, {"p_ids": ids})
+    audit.record_many(
+        conn, "delete", "device_profile", [audit.Change(r.uuid, {"name": r.name}) for r in rows]
+    )
 
 
-def delete_by_uuid(conn, uuid: str) -> None:
+def delete_by_uuid(conn: Connection, uuid: str) -> None:
     rows = conn.execute(_Q_ROWS_BY_UUID, {"p_value": uuid}).all()
     if not rows:
         raise exceptions.DeviceProfileNotFound(ident=uuid)
     _delete(conn, rows)
 
 
-def delete_by_names(conn, names: list[str]) -> None:
+def delete_by_names(conn: Connection, names: list[str]) -> None:
     """Delete all named profiles, or none: DeviceProfileNotFound names the missing ones."""
-    rows = conn.execute(sa.select(t.c.id, t.c.name).where(t.c.name.in_(names))).all()
+    rows = conn.execute(sa.select(t.c.id, t.c.name, t.c.uuid).where(t.c.name.in_(names))).all()
     missing = sorted(set(names) - {row.name for row in rows})
     if missing:
         raise exceptions.DeviceProfileNotFound(ident=", ".join(missing))

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+import math
+from typing import Any
+
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from exosuit import exceptions
-from exosuit.db import models
+from exosuit.db import audit, drain, models, services
 from exosuit.db.pagination import Page, paginate
-from exosuit.placement.state import enqueue_sync
+from exosuit.db.placement import enqueue_sync
 
-__all__ = ["get", "list_devices", "set_status"]
+__all__ = ["USAGE_LABELS", "get", "list_devices", "set_status", "usage_series", "with_details"]
 
 t = models.devices
+hosts = models.hosts
 SORT_COLUMNS = {
     "created_at": t.c.created_at,
     "uuid": t.c.uuid,
@@ -19,32 +26,119 @@ SORT_COLUMNS = {
     "type": t.c.type,
     "vendor": t.c.vendor,
 }
-FILTERS = ("type", "vendor", "hostname", "status")
+# Exact-match filters, in the order microversions added them (status 2.3, activation 2.7).
+FILTERS = ("type", "vendor", "hostname", "status", "activation")
 
 
-def list_devices(conn, *, filters: dict[str, str], page: Page | None = None) -> list[dict]:
+def list_devices(
+    conn: Connection,
+    *,
+    filters: dict[str, str],
+    page: Page | None = None,
+    details: bool = False,
+    maintenance: bool = False,
+) -> list[dict[str, Any]]:
+    """A page of devices; ``details``: with their services and usage (``with_details``);
+    ``maintenance``: with their holders and maintenance state (exosuit/db/drain.py)."""
     stmt = sa.select(t)
     for name, value in filters.items():
         stmt = stmt.where(t.c[name] == value)
     stmt = paginate(conn, stmt, t, page, SORT_COLUMNS)
-    return [dict(r._mapping) for r in conn.execute(stmt)]
+    devices = [dict(r._mapping) for r in conn.execute(stmt)]
+    if maintenance:
+        drain.with_maintenance(conn, devices)
+    return with_details(conn, devices) if details else devices
 
 
-def get(conn, uuid: str) -> dict:
+def get(
+    conn: Connection, uuid: str, *, details: bool = False, maintenance: bool = False
+) -> dict[str, Any]:
     row = conn.execute(sa.select(t).where(t.c.uuid == uuid)).first()
     if row is None:
         raise exceptions.DeviceNotFound(uuid=uuid)
-    return dict(row._mapping)
+    device = dict(row._mapping)
+    if maintenance:
+        drain.with_maintenance(conn, [device])
+    return with_details(conn, [device])[0] if details else device
 
 
-def set_status(conn, uuid: str, status: str) -> dict:
-    """enabled or maintaining. A disabled device takes no new binds."""
+def with_details(conn: Connection, devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``devices`` with their ``services`` and their ``usage`` as their host last
+    reported it (None when it reported none for them) and ``usage_seen_at``: two more
+    reads, whatever the number of devices."""
+    offered = services.of_devices(conn, [d["id"] for d in devices])
+    names = sorted({d["hostname"] for d in devices})
+    usage = {
+        r.hostname: (json.loads(r.usage) if r.usage else {}, r.usage_at)
+        for r in conn.execute(
+            sa.select(hosts.c.hostname, hosts.c.usage, hosts.c.usage_at).where(
+                hosts.c.hostname.in_(names)
+            )
+        )
+    }
+    for device in devices:
+        device["services"] = offered[device["id"]]
+        figures, seen_at = usage.get(device["hostname"], ({}, None))
+        device["usage"] = figures.get(device["identity"])
+        device["usage_seen_at"] = seen_at if device["usage"] is not None else None
+    return devices
+
+
+def set_status(conn: Connection, uuid: str, status: str) -> dict[str, Any]:
+    """enabled or maintaining. A disabled device takes no new binds. An operator's
+    change clears the reason Exosuit gave when it disabled the device itself."""
+    before = conn.execute(
+        sa.select(t.c.status, t.c.status_reason).where(t.c.uuid == uuid).with_for_update()
+    ).first()
     updated = conn.execute(
-        sa.update(t).where(t.c.uuid == uuid).values(status=status, updated_at=models.utcnow())
+        sa.update(t)
+        .where(t.c.uuid == uuid)
+        .values(status=status, status_reason=None, updated_at=models.utcnow())
     ).rowcount
     if not updated:
         raise exceptions.DeviceNotFound(uuid=uuid)
     device = get(conn, uuid)
+    if before is not None and (before.status, before.status_reason) != (status, None):
+        action = "enable" if status == "enabled" else "disable"
+        was = {"status": before.status, "status_reason": before.status_reason}
+        audit.record(conn, action, "device", uuid, was, {"status": status}, host=device["hostname"])
     # Its providers in Placement follow (all reserved while disabled), in this transaction.
     enqueue_sync(conn, device["hostname"])
     return device
+
+
+# The labels of a device's usage gauges (exosuit/api/handlers/metrics.py).
+USAGE_LABELS = ("hostname", "device_uuid", "type", "vendor", "model", "pci_address")
+
+
+def usage_series(
+    conn: Connection, *, stale_after: float
+) -> dict[str, list[tuple[tuple[str, ...], float]]]:
+    """Each figure of the devices' usage (``{figure: [(labels, value), ...]}``, labels as
+    ``USAGE_LABELS``), from the hosts whose usage is at most ``stale_after`` seconds old:
+    a host that stopped reporting shows none rather than its last figures forever."""
+    since = models.utcnow() - dt.timedelta(seconds=stale_after)
+    reported = {
+        r.hostname: json.loads(r.usage)
+        for r in conn.execute(
+            sa.select(hosts.c.hostname, hosts.c.usage).where(
+                hosts.c.usage.is_not(None), hosts.c.usage_at >= since
+            )
+        )
+    }
+    series: dict[str, list[tuple[tuple[str, ...], float]]] = {}
+    if not reported:
+        return series
+    rows = conn.execute(
+        sa.select(t.c.hostname, t.c.identity, t.c.uuid, t.c.type, t.c.vendor, t.c.model)
+        .add_columns(t.c.pci_address)
+        .where(t.c.hostname.in_(sorted(reported)))
+        .order_by(t.c.hostname, t.c.id)
+    )
+    for r in rows:
+        figures = reported[r.hostname].get(r.identity) or {}
+        labels = (r.hostname, r.uuid, r.type, r.vendor, r.model, r.pci_address or "")
+        for name, value in figures.items():
+            if isinstance(value, int | float) and math.isfinite(value):
+                series.setdefault(name, []).append((labels, float(value)))
+    return series

@@ -8,6 +8,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
 
 from exosuit.db.api import Database
 
@@ -16,7 +17,7 @@ __all__ = ["current_revision", "head_revision", "upgrade"]
 _SCRIPT_LOCATION = os.path.join(os.path.dirname(__file__), "migrations")
 
 
-def _config(connection=None) -> Config:
+def _config(connection: Connection | None = None) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", _SCRIPT_LOCATION)
     if connection is not None:
@@ -41,5 +42,6 @@ def current_revision(db: Database) -> str | None:
         return MigrationContext.configure(connection).get_current_revision()
 
 
-def head_revision() -> str:
+def head_revision() -> str | None:
+    """The newest revision of the migration scripts (None only without any script)."""
     return ScriptDirectory.from_config(_config()).get_current_head()

@@ -10,6 +10,7 @@ database itself refuses to lose track of who holds what.
 from __future__ import annotations
 
 import datetime as dt
+from typing import cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
@@ -42,6 +43,20 @@ class Host(TimestampMixin, Base):
     last_report_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
     agent_version: Mapped[str | None] = mapped_column(sa.String(64))
     driver_errors: Mapped[str | None] = mapped_column(sa.Text)
+    # Bumped whenever the host's desired state changes (a program to run, …): the
+    # agent polls it cheaply and fetches the desired state only when it moved.
+    desired_generation: Mapped[int] = mapped_column(sa.Integer, default=0, server_default="0")
+    # The desired-state generation the agent last said it applied (its driver overrides,
+    # and the discovery asked for, if any: doc/devices.md), and when that moved.
+    observed_generation: Mapped[int | None] = mapped_column(sa.Integer)
+    observed_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+    # The drivers' live figures of the host's last report (JSON: device identity →
+    # figure → number), written at most once per [api] report_age_resolution.
+    usage: Mapped[str | None] = mapped_column(LongText)
+    usage_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+    # When an operator drained the host (doc/devices.md, Drain): its devices take no new
+    # workload, those it reports later included; None: not drained.
+    drained_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
 
 
 class Device(TimestampMixin, Base):
@@ -58,13 +73,119 @@ class Device(TimestampMixin, Base):
     # The control-path id as one canonical string (the PCI address): identity within a host.
     identity: Mapped[str] = mapped_column(sa.String(255))
     status: Mapped[str] = mapped_column(sa.String(16), default="enabled")
+    # Why Exosuit disabled it (a program failed and could not restore the previous
+    # image); cleared when an operator enables it again.
+    status_reason: Mapped[str | None] = mapped_column(sa.Text)
     # present | lost (gone from the host while an attach handle is held)
     presence: Mapped[str] = mapped_column(sa.String(16), default="present")
     presence_reason: Mapped[str | None] = mapped_column(sa.Text)
     driver_name: Mapped[str | None] = mapped_column(sa.String(100))
+    # The agent's driver plug-in that reports it (driver_name is Cyborg's field, which a
+    # plug-in may fill as it likes): what [inventory] ready_drivers and a driver's
+    # uninstall go by. None for agents that did not say.
+    plugin: Mapped[str | None] = mapped_column(sa.String(100))
     pci_address: Mapped[str | None] = mapped_column(sa.String(32))
     numa_node: Mapped[int | None] = mapped_column(sa.Integer)
     firmware_version: Mapped[str | None] = mapped_column(sa.String(255))
+    # inactive | activating | ready | deactivating (doc/devices.md): only a ready device
+    # is offered to Placement and bindable. Rows made before it existed were offered:
+    # ready.
+    activation: Mapped[str] = mapped_column(sa.String(16), default="ready", server_default="ready")
+    # Why it is inactive (an install step that failed, its driver uninstalled …).
+    activation_reason: Mapped[str | None] = mapped_column(sa.Text)
+    # The host's desired-state generation when an operator last changed ``activation``:
+    # an agent's outcome names it, so that a late one for an older change is refused.
+    activation_generation: Mapped[int | None] = mapped_column(sa.Integer)
+    # The partition layout an operator set (doc/devices.md, Partitions): canonical JSON of
+    # {"mdev": {type: n}} | {"mig": {profile: n}} | {"vfs": n}, maybe with "on_demand";
+    # None: never set (the device is left as it is). exosuit/db/partitions.py.
+    partition_layout: Mapped[str | None] = mapped_column(sa.Text)
+    # applying (its agent has not applied it yet) | applied | failed (with the reason).
+    partition_state: Mapped[str | None] = mapped_column(sa.String(16))
+    partition_reason: Mapped[str | None] = mapped_column(sa.Text)
+    # The host's desired-state generation when the layout was set: the agent's outcome
+    # names it, so that a late one for an older layout is refused.
+    partition_generation: Mapped[int | None] = mapped_column(sa.Integer)
+    # Health (doc/devices.md, "Health"): ok | warning | unhealthy as its agent last
+    # reported it (a device without health in the report is ok), why, and since when
+    # (None: ok since it was first seen).
+    health_state: Mapped[str] = mapped_column(sa.String(16), default="ok", server_default="ok")
+    health_reason: Mapped[str | None] = mapped_column(sa.Text)
+    health_since: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+    # Held back from every offer: None (offered) | agent (it was reported unhealthy: until
+    # it has been healthy for [health] recover_after, or an operator clears it) |
+    # operator (marked unhealthy by an operator: until one clears it).
+    health_held: Mapped[str | None] = mapped_column(sa.String(16))
+
+
+class DeviceService(Base):
+    """A service a device offers now (``enabled``) or could offer once configured, as its
+    driver reported it (doc/devices.md, Services); replaced with each changed report."""
+
+    __tablename__ = "device_services"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    device_id: Mapped[int] = mapped_column(
+        sa.ForeignKey("devices.id", ondelete="CASCADE"), index=True
+    )
+    kind: Mapped[str] = mapped_column(sa.String(32), index=True)
+    name: Mapped[str] = mapped_column(sa.String(255))
+    enabled: Mapped[bool] = mapped_column(sa.Boolean)
+    # Canonical JSON of a string → string map.
+    details: Mapped[str] = mapped_column(sa.Text, default="{}")
+
+
+class HostDriver(TimestampMixin, Base):
+    """A driver plug-in of a host's agent: what the operator asked (``desired_*``) and
+    what the agent reported. The row of hostname ``""`` (``FLEET`` in exosuit/db/drivers.py)
+    holds what was asked for every host, those that report later included."""
+
+    __tablename__ = "host_drivers"
+    __table_args__ = (sa.UniqueConstraint("hostname", "name", name="uq_host_drivers_host_name"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    hostname: Mapped[str] = mapped_column(sa.String(255))
+    name: Mapped[str] = mapped_column(sa.String(100))
+    # None: as the agent's configuration file says.
+    desired_enabled: Mapped[bool | None] = mapped_column(sa.Boolean)
+    # Canonical JSON of option → string, overriding the agent's file; None: nothing asked.
+    desired_config: Mapped[str | None] = mapped_column(sa.Text)
+    # The host's desired-state generation that carries what was asked (None: nothing).
+    desired_generation: Mapped[int | None] = mapped_column(sa.Integer)
+    version: Mapped[str | None] = mapped_column(sa.String(64))
+    enabled: Mapped[bool | None] = mapped_column(sa.Boolean)
+    config_digest: Mapped[str | None] = mapped_column(sa.String(80))
+    found: Mapped[int | None] = mapped_column(sa.Integer)
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    reported_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+
+
+class Discovery(Base):
+    """An operator's "discover now" (POST /v2/discoveries)."""
+
+    __tablename__ = "discoveries"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    uuid: Mapped[str] = mapped_column(sa.String(36), unique=True)
+    requested_at: Mapped[dt.datetime] = mapped_column(Timestamp, default=utcnow)
+    # Seconds within which each agent picks its random delay.
+    spread: Mapped[float] = mapped_column(sa.Float, default=0.0)
+    # Asked of every host (no list given).
+    all_hosts: Mapped[bool] = mapped_column(sa.Boolean, default=False)
+
+
+class DiscoveryHost(Base):
+    """A host a discovery asked: the desired-state generation that carries the request,
+    and when a report at or past it arrived."""
+
+    __tablename__ = "discovery_hosts"
+    __table_args__ = (
+        sa.UniqueConstraint("discovery_id", "hostname", name="uq_discovery_hosts_host"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    discovery_id: Mapped[int] = mapped_column(
+        sa.ForeignKey("discoveries.id", ondelete="CASCADE"), index=True
+    )
+    hostname: Mapped[str] = mapped_column(sa.String(255), index=True)
+    generation: Mapped[int] = mapped_column(sa.Integer)
+    received_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
 
 
 class ControlPathID(TimestampMixin, Base):
@@ -97,6 +218,9 @@ class Deployable(TimestampMixin, Base):
     rp_uuid: Mapped[str | None] = mapped_column(sa.String(36), index=True)
     driver_name: Mapped[str | None] = mapped_column(sa.String(100))
     bitstream_id: Mapped[str | None] = mapped_column(sa.String(36))
+    # The program running on it (programs.uuid), set and cleared by compare-and-set:
+    # at most one at a time, and no bind takes a handle while it is set.
+    program_uuid: Mapped[str | None] = mapped_column(sa.String(36))
 
 
 class Attribute(TimestampMixin, Base):
@@ -128,8 +252,9 @@ class AttachHandle(TimestampMixin, Base):
     attach_info: Mapped[str] = mapped_column(sa.Text)
     # present | lost (gone from the host's report while held: never bound again,
     # deleted when released)
-    presence: Mapped[str] = mapped_column(sa.String(16), default="present",
-                                          server_default="present")
+    presence: Mapped[str] = mapped_column(
+        sa.String(16), default="present", server_default="present"
+    )
 
 
 class DeviceProfile(TimestampMixin, Base):
@@ -147,7 +272,8 @@ class AcceleratorRequest(TimestampMixin, Base):
     uuid: Mapped[str] = mapped_column(sa.String(36), unique=True)
     project_id: Mapped[str | None] = mapped_column(sa.String(255), index=True)
     state: Mapped[str] = mapped_column(sa.String(16), index=True)
-    device_profile_id: Mapped[int] = mapped_column(
+    # None for an ARQ of a claim that named its attach handles (no profile: 2.8).
+    device_profile_id: Mapped[int | None] = mapped_column(
         sa.ForeignKey("device_profiles.id", ondelete="RESTRICT"), index=True
     )
     device_profile_group_id: Mapped[int] = mapped_column(sa.Integer, default=0)
@@ -163,6 +289,39 @@ class AcceleratorRequest(TimestampMixin, Base):
         sa.ForeignKey("deployables.id", ondelete="SET NULL"), index=True
     )
     # Why the last bind failed, for operators.
+    reason: Mapped[str | None] = mapped_column(sa.Text)
+    # The standalone claim that holds it (exosuit/db/claims.py), bound by Exosuit itself,
+    # not Nova. No ON DELETE: a claim is purged only after its ARQs are gone.
+    claim_id: Mapped[int | None] = mapped_column(sa.ForeignKey("claims.id"), index=True)
+
+
+class Claim(TimestampMixin, Base):
+    """A standalone claim (microversion 2.8, doc/standalone.md): devices bound by Exosuit
+    itself for a caller that is not Nova (a container, a DRA plugin, a script). It holds
+    them through ordinary ARQs (``accelerator_requests.claim_id``); its state is theirs
+    (exosuit/db/claims.py)."""
+
+    __tablename__ = "claims"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    uuid: Mapped[str] = mapped_column(sa.String(36), unique=True)
+    project_id: Mapped[str | None] = mapped_column(sa.String(255), index=True)
+    user_id: Mapped[str | None] = mapped_column(sa.String(255))
+    consumer: Mapped[str | None] = mapped_column(sa.String(255), index=True)
+    # sha256 of (project, consumer) while the claim is not released: one live claim per
+    # consumer of a project, whatever the concurrency (NULLs never collide).
+    consumer_key: Mapped[str | None] = mapped_column(sa.String(64), unique=True)
+    hostname: Mapped[str | None] = mapped_column(sa.String(255), index=True)
+    # The device profile it was made from (None: it named its attach handles).
+    device_profile_name: Mapped[str | None] = mapped_column(sa.String(255))
+    container: Mapped[bool] = mapped_column(sa.Boolean, default=False)
+    # pending | written | failed: the agent's CDI spec files (container claims only).
+    cdi_state: Mapped[str | None] = mapped_column(sa.String(16))
+    cdi_reason: Mapped[str | None] = mapped_column(sa.Text)
+    # Placement was configured when it was made: its release deletes the allocation.
+    placement: Mapped[bool] = mapped_column(sa.Boolean, default=False)
+    expires_at: Mapped[dt.datetime | None] = mapped_column(Timestamp, index=True)
+    released_at: Mapped[dt.datetime | None] = mapped_column(Timestamp, index=True)
+    # Why it was released (by its owner, expired …).
     reason: Mapped[str | None] = mapped_column(sa.Text)
 
 
@@ -181,7 +340,6 @@ class Job(TimestampMixin, Base):
     lease_expires_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
     worker: Mapped[str | None] = mapped_column(sa.String(255))
     last_error: Mapped[str | None] = mapped_column(sa.Text)
-
 
 
 class PlacementHost(TimestampMixin, Base):
@@ -218,6 +376,98 @@ class PlacementProvider(TimestampMixin, Base):
     removing: Mapped[bool] = mapped_column(sa.Boolean, default=False)
 
 
+class Image(TimestampMixin, Base):
+    """A bitstream (or any image a driver can load) in Exosuit's own catalogue."""
+
+    __tablename__ = "images"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    uuid: Mapped[str] = mapped_column(sa.String(36), unique=True)
+    name: Mapped[str] = mapped_column(sa.String(255))
+    owner: Mapped[str | None] = mapped_column(sa.String(255), index=True)  # project id
+    visibility: Mapped[str] = mapped_column(sa.String(16), default="private")
+    vendor: Mapped[str | None] = mapped_column(sa.String(255))
+    board: Mapped[str | None] = mapped_column(sa.String(255))
+    function_id: Mapped[str | None] = mapped_column(sa.String(255), index=True)
+    interface_id: Mapped[str | None] = mapped_column(sa.String(255))
+    format: Mapped[str] = mapped_column(sa.String(32))
+    status: Mapped[str] = mapped_column(sa.String(16), default="queued")
+    size: Mapped[int | None] = mapped_column(sa.BigInteger)
+    sha256: Mapped[str | None] = mapped_column(sa.String(64), index=True)
+    # A detached signature of the data (base64), the id of the trusted key that made
+    # it ([images] trusted_keys) and its algorithm.
+    signature: Mapped[str | None] = mapped_column(sa.Text)
+    signature_key_id: Mapped[str | None] = mapped_column(sa.String(255))
+    signature_algorithm: Mapped[str | None] = mapped_column(sa.String(32))
+
+
+class ImageMember(Base):
+    """A project an image is shared with (visibility ``shared``)."""
+
+    __tablename__ = "image_members"
+    image_id: Mapped[int] = mapped_column(
+        sa.ForeignKey("images.id", ondelete="CASCADE"), primary_key=True
+    )
+    project_id: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    created_at: Mapped[dt.datetime] = mapped_column(Timestamp, default=utcnow, nullable=False)
+
+
+class Program(TimestampMixin, Base):
+    """Loading an image onto a deployable: asked by an operator (whole device) or by a
+    bind (``arq_uuid``), run by the host's agent (doc/programming.md)."""
+
+    __tablename__ = "programs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    uuid: Mapped[str] = mapped_column(sa.String(36), unique=True)
+    deployable_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("deployables.id", ondelete="SET NULL"), index=True
+    )
+    hostname: Mapped[str] = mapped_column(sa.String(255), index=True)
+    image_uuid: Mapped[str] = mapped_column(sa.String(36))
+    image_source: Mapped[str] = mapped_column(sa.String(16))  # exosuit | glance
+    image_format: Mapped[str | None] = mapped_column(sa.String(32))
+    image_sha256: Mapped[str | None] = mapped_column(sa.String(128))
+    image_size: Mapped[int | None] = mapped_column(sa.BigInteger)
+    function_id: Mapped[str | None] = mapped_column(sa.String(255))
+    image_interface_id: Mapped[str | None] = mapped_column(sa.String(255))
+    state: Mapped[str] = mapped_column(sa.String(16), index=True)
+    reason: Mapped[str | None] = mapped_column(sa.Text)
+    previous_image_uuid: Mapped[str | None] = mapped_column(sa.String(36))
+    # After a failure: whether the previous image was loaded again (None: not known).
+    restored: Mapped[bool | None] = mapped_column(sa.Boolean)
+    arq_uuid: Mapped[str | None] = mapped_column(sa.String(36), index=True)
+    project_id: Mapped[str | None] = mapped_column(sa.String(255))
+    user_id: Mapped[str | None] = mapped_column(sa.String(255))
+    finished_at: Mapped[dt.datetime | None] = mapped_column(Timestamp)
+
+
+class AuditEvent(Base):
+    """One change of a device, deployable, profile, ARQ, claim, driver, image or host's
+    inventory: who made it, in which request, and what it was before and after, in
+    brief (exosuit/db/audit.py, doc/audit.md). Written in the change's transaction."""
+
+    __tablename__ = "audit_events"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    created_at: Mapped[dt.datetime] = mapped_column(
+        Timestamp, default=utcnow, nullable=False, index=True
+    )
+    request_id: Mapped[str | None] = mapped_column(sa.String(64), index=True)
+    # "user:<id>", "service:<id>", "host:<name>", "conductor" or "system".
+    actor: Mapped[str] = mapped_column(sa.String(255))
+    user_id: Mapped[str | None] = mapped_column(sa.String(255), index=True)
+    project_id: Mapped[str | None] = mapped_column(sa.String(255), index=True)
+    action: Mapped[str] = mapped_column(sa.String(64))
+    object_type: Mapped[str] = mapped_column(sa.String(32))
+    # The object's uuid; a driver's or a host's name.
+    object_uuid: Mapped[str | None] = mapped_column(sa.String(255), index=True)
+    # The host the object is on (None: none, or every host).
+    host: Mapped[str | None] = mapped_column(sa.String(255), index=True)
+    # Canonical JSON, in brief (None: created, or deleted).
+    before_data: Mapped[str | None] = mapped_column(sa.Text)
+    after_data: Mapped[str | None] = mapped_column(sa.Text)
+    # A notification of it is still to be published on the message bus.
+    notify_pending: Mapped[bool] = mapped_column(sa.Boolean, default=False, index=True)
+
+
 class MetricCounter(Base):
     """Prometheus counters shared by every process (the API's /metrics reads them)."""
 
@@ -227,15 +477,26 @@ class MetricCounter(Base):
     labels: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
     value: Mapped[int] = mapped_column(sa.BigInteger, default=0)
 
-devices = Device.__table__
-controlpath_ids = ControlPathID.__table__
-deployables = Deployable.__table__
-attributes = Attribute.__table__
-attach_handles = AttachHandle.__table__
-device_profiles = DeviceProfile.__table__
-accelerator_requests = AcceleratorRequest.__table__
-hosts = Host.__table__
-jobs = Job.__table__
-placement_hosts = PlacementHost.__table__
-placement_providers = PlacementProvider.__table__
-metric_counters = MetricCounter.__table__
+
+# The tables, for SQLAlchemy Core queries (``__table__`` is typed as a FromClause).
+devices = cast(sa.Table, Device.__table__)
+controlpath_ids = cast(sa.Table, ControlPathID.__table__)
+deployables = cast(sa.Table, Deployable.__table__)
+attributes = cast(sa.Table, Attribute.__table__)
+attach_handles = cast(sa.Table, AttachHandle.__table__)
+device_profiles = cast(sa.Table, DeviceProfile.__table__)
+accelerator_requests = cast(sa.Table, AcceleratorRequest.__table__)
+hosts = cast(sa.Table, Host.__table__)
+jobs = cast(sa.Table, Job.__table__)
+placement_hosts = cast(sa.Table, PlacementHost.__table__)
+placement_providers = cast(sa.Table, PlacementProvider.__table__)
+metric_counters = cast(sa.Table, MetricCounter.__table__)
+images = cast(sa.Table, Image.__table__)
+image_members = cast(sa.Table, ImageMember.__table__)
+programs = cast(sa.Table, Program.__table__)
+device_services = cast(sa.Table, DeviceService.__table__)
+host_drivers = cast(sa.Table, HostDriver.__table__)
+discoveries = cast(sa.Table, Discovery.__table__)
+discovery_hosts = cast(sa.Table, DiscoveryHost.__table__)
+claims = cast(sa.Table, Claim.__table__)
+audit_events = cast(sa.Table, AuditEvent.__table__)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from exosuit import exceptions
 
@@ -16,16 +19,28 @@ class Page:
     limit: int
     sort_key: str = "created_at"
     sort_dir: str = "desc"
-    marker: str | None = None  # uuid of the last item of the previous page
+    marker: str | None = None  # the last item of the previous page (its uuid, by default)
 
 
-def paginate(conn, stmt, table: sa.Table, page: Page | None, sort_columns: dict) -> sa.Select:
+def paginate(
+    conn: Connection,
+    stmt: sa.Select[*tuple[Any, ...]],
+    table: sa.Table,
+    page: Page | None,
+    sort_columns: Mapping[str, sa.ColumnElement[Any]],
+    marker_column: sa.ColumnElement[Any] | None = None,
+    visible: sa.ColumnElement[bool] | None = None,
+) -> sa.Select[*tuple[Any, ...]]:
     """``stmt`` ordered by ``page.sort_key`` (then id), after the marker, limit + 1 rows.
 
     One row more than the limit is fetched, so the caller knows whether a next
     page exists. ``sort_columns`` maps each allowed key to a non-null column
-    expression. Without a page (before microversion 2.4) everything comes, newest
-    first, as in Cyborg.
+    expression; ``marker_column`` is what a marker names (default: the uuid).
+    ``visible`` is what the caller may see (its project's rows …): a marker is looked
+    up among those only, so that another project's item is "not found" (400) exactly
+    as a made-up one is, not a page that tells it exists.
+    Without a page (before microversion 2.4) everything comes, newest first, as in
+    Cyborg.
     """
     if page is None:
         return stmt.order_by(table.c.created_at.desc(), table.c.id.desc())
@@ -33,9 +48,12 @@ def paginate(conn, stmt, table: sa.Table, page: Page | None, sort_columns: dict)
     ident = table.c.id
     descending = page.sort_dir == "desc"
     if page.marker is not None:
-        marker = conn.execute(
-            sa.select(column.label("v"), ident).where(table.c.uuid == page.marker)
-        ).first()
+        lookup = sa.select(column.label("v"), ident).where(
+            (table.c.uuid if marker_column is None else marker_column) == page.marker
+        )
+        if visible is not None:
+            lookup = lookup.where(visible)
+        marker = conn.execute(lookup).first()
         if marker is None:
             raise exceptions.Invalid(reason=f"marker {page.marker} not found")
         value, marker_id = marker

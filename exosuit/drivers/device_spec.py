@@ -59,8 +59,12 @@ _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _HEX = re.compile(r"^(0[xX])?[0-9a-fA-F]+$")
 _DEVICE_TYPE = re.compile(r"^[A-Z][A-Z0-9_]{0,31}$")
 _ADDRESS_FIELDS = ("domain", "bus", "slot", "function")
-_LIMITS = {"domain": (0xFFFF, "{:04x}"), "bus": (0xFF, "{:02x}"), "slot": (0x1F, "{:02x}"),
-           "function": (0x7, "{:x}")}
+_LIMITS = {
+    "domain": (0xFFFF, "{:04x}"),
+    "bus": (0xFF, "{:02x}"),
+    "slot": (0x1F, "{:02x}"),
+    "function": (0x7, "{:x}"),
+}
 
 
 class DeviceSpecError(ValueError):
@@ -107,11 +111,13 @@ def _glob(address: str, spec: str) -> dict[str, str]:
     return fields
 
 
-def _regex(address: Mapping, spec: str) -> dict[str, re.Pattern]:
+def _regex(address: Mapping[str, Any], spec: str) -> dict[str, re.Pattern[str]]:
     unknown = set(address) - set(_ADDRESS_FIELDS)
     if unknown:
-        raise DeviceSpecError(f"address has unknown key(s) {', '.join(sorted(unknown))} "
-                              f"(expected domain, bus, slot, function) in {spec}")
+        raise DeviceSpecError(
+            f"address has unknown key(s) {', '.join(sorted(unknown))} "
+            f"(expected domain, bus, slot, function) in {spec}"
+        )
     patterns = {}
     for name in _ADDRESS_FIELDS:
         value = address.get(name, ".*")
@@ -120,8 +126,9 @@ def _regex(address: Mapping, spec: str) -> dict[str, re.Pattern]:
         try:
             patterns[name] = re.compile(value)
         except re.error as error:
-            raise DeviceSpecError(f"address {name} {value!r} is not a regular expression "
-                                  f"({error}) in {spec}") from None
+            raise DeviceSpecError(
+                f"address {name} {value!r} is not a regular expression ({error}) in {spec}"
+            ) from None
     return patterns
 
 
@@ -135,14 +142,18 @@ def _normalize_trait(name: str) -> str:
     if name in _standard_traits():
         return name
     name = name.upper()
-    return name if os_traits.is_custom(name) else os_traits.normalize_name(name)
+    if os_traits.is_custom(name):
+        return name
+    normalized: str = os_traits.normalize_name(name)  # os-traits ships no type hints
+    return normalized
 
 
 def _normalize_resource_class(name: str) -> str:
     name = name.strip().upper()
     if name in os_resource_classes.STANDARDS or os_resource_classes.is_custom(name):
         return name
-    return os_resource_classes.normalize_name(name)
+    normalized: str = os_resource_classes.normalize_name(name)  # no type hints either
+    return normalized
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,11 +165,11 @@ class DeviceSpec:
     product_id: str = ANY
     devname: str | None = None
     glob: Mapping[str, str] | None = None
-    regex: Mapping[str, re.Pattern] | None = None
+    regex: Mapping[str, re.Pattern[str]] | None = None
     tags: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, value: Mapping, source: str | None = None) -> DeviceSpec:
+    def from_dict(cls, value: Mapping[str, Any], source: str | None = None) -> DeviceSpec:
         spec = source or json.dumps(value, sort_keys=True)
         if not isinstance(value, Mapping):
             raise DeviceSpecError(f"a device_spec must be a JSON object, not {spec}")
@@ -185,9 +196,15 @@ class DeviceSpec:
             raise DeviceSpecError(f"address must be a string or an object in {spec}")
         elif devname is None:
             glob = dict.fromkeys(_ADDRESS_FIELDS, ANY)
-        result = cls(source=spec, vendor_id=ids["vendor_id"], product_id=ids["product_id"],
-                     devname=devname.strip() if devname else None, glob=glob, regex=regex,
-                     tags=tags)
+        result = cls(
+            source=spec,
+            vendor_id=ids["vendor_id"],
+            product_id=ids["product_id"],
+            devname=devname.strip() if devname else None,
+            glob=glob,
+            regex=regex,
+            tags=tags,
+        )
         # Validate the tags Exosuit reads now, not at the first discovery.
         result.resource_class  # noqa: B018
         result.traits  # noqa: B018
@@ -221,8 +238,10 @@ class DeviceSpec:
         if value is None:
             return None
         if not _DEVICE_TYPE.match(value.upper()):
-            raise DeviceSpecError(f"device_type {value!r} must be a word such as GPU, NIC or "
-                                  f"ACCELERATOR in {self.source}")
+            raise DeviceSpecError(
+                f"device_type {value!r} must be a word such as GPU, NIC or "
+                f"ACCELERATOR in {self.source}"
+            )
         return value.upper()
 
     def bind(self, sysfs: Sysfs) -> BoundDeviceSpec:
@@ -238,12 +257,14 @@ class DeviceSpec:
         if fields is not None and ANY not in fields.values():
             single = "{domain}:{bus}:{slot}.{function}".format(**fields)
         elif self.regex is not None and all(
-                p.pattern and all(c in string.hexdigits for c in p.pattern)
-                for p in self.regex.values()):
+            p.pattern and all(c in string.hexdigits for c in p.pattern) for p in self.regex.values()
+        ):
             single = "{domain}:{bus}:{slot}.{function}".format(
-                **{k: p.pattern.lower() for k, p in self.regex.items()})
-        return BoundDeviceSpec(self, fields, self.regex,
-                               single is not None and _is_pf(sysfs, single))
+                **{k: p.pattern.lower() for k, p in self.regex.items()}
+            )
+        return BoundDeviceSpec(
+            self, fields, self.regex, single is not None and _is_pf(sysfs, single)
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,7 +273,7 @@ class BoundDeviceSpec:
 
     spec: DeviceSpec
     glob: Mapping[str, str] | None  # None with no regex: the spec matches nothing
-    regex: Mapping[str, re.Pattern] | None
+    regex: Mapping[str, re.Pattern[str]] | None
     physical_function: bool
 
     def _address_matches(self, address: str) -> bool:
@@ -268,8 +289,7 @@ class BoundDeviceSpec:
             return False
         if self.spec.product_id not in (ANY, function.device_id):
             return False
-        if self.physical_function and function.physfn and self._address_matches(
-                function.physfn):
+        if self.physical_function and function.physfn and self._address_matches(function.physfn):
             return True
         return self._address_matches(function.address)
 
@@ -309,7 +329,8 @@ def parse_device_specs(values: Iterable[str]) -> list[DeviceSpec]:
         items = value if isinstance(value, list) else [value]
         for item in items:
             if not isinstance(item, dict):
-                raise DeviceSpecError(f"device_spec {text!r} must be a JSON object or a list "
-                                      "of objects")
+                raise DeviceSpecError(
+                    f"device_spec {text!r} must be a JSON object or a list of objects"
+                )
             specs.append(DeviceSpec.from_dict(item, json.dumps(item, sort_keys=True)))
     return specs

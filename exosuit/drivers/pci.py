@@ -10,7 +10,13 @@ Each selected function is one device with one deployable and one PCI attach hand
 * device type from the PCI class (exosuit.drivers.pci_classes.device_type), or the spec's
   ``device_type`` tag, or ``[pci] device_type`` for all (``GPU`` is what Cyborg reports).
 
-Functions that no spec selects are ignored. doc/drivers/pci.md is the operator's guide.
+Functions that no spec selects are ignored. The install step (``Installable``, when an
+operator marks a device ready) binds the function to ``[pci] bind_driver`` (e.g.
+vfio-pci) through ``driver_override`` (exosuit.drivers.binding); the driver reports no
+services. A container (``ContainerDevice``) gets ``/dev/vfio/<group>`` of a function bound
+to vfio-pci, else its DRM render and accel nodes (exosuit.drivers.container). Health
+(``HealthReader``): the function's PCIe AER counters, link and bus (exosuit.drivers.health).
+doc/drivers/pci.md is the operator's guide.
 """
 
 from __future__ import annotations
@@ -18,10 +24,20 @@ from __future__ import annotations
 from oslo_config import cfg
 
 from exosuit.drivers import DriverContext
-from exosuit.drivers.base import AttachHandle, Deployable, Device, pci_cpid
+from exosuit.drivers.base import (
+    AttachHandle,
+    ContainerEdits,
+    Deployable,
+    Device,
+    Health,
+    pci_cpid,
+)
+from exosuit.drivers.binding import BindingInstall, bind_driver_option
+from exosuit.drivers.container import function_edits, handle_address
 from exosuit.drivers.device_spec import DeviceSpec, parse_device_specs
+from exosuit.drivers.health import PciHealth
 from exosuit.drivers.pci_classes import class_name, device_type
-from exosuit.drivers.sysfs import PciFunction, Sysfs
+from exosuit.drivers.sysfs import PciFunction
 
 __all__ = ["RESOURCE_CLASS", "VENDOR_NAMES", "PciDriver", "board_info"]
 
@@ -33,8 +49,9 @@ VENDOR_NAMES = {"10de": "NVIDIA", "102b": "MATROX"}
 RESOURCE_CLASS = "CUSTOM_PCI"
 
 
-class PciDriver:
-    """Implements [exosuit.drivers.base.Driver]."""
+class PciDriver(BindingInstall):
+    """Implements [exosuit.drivers.base.Driver], [exosuit.drivers.base.Installable],
+    [exosuit.drivers.base.HealthReader] and [exosuit.drivers.base.ContainerDevice]."""
 
     name = "pci"
     OPTIONS = [
@@ -56,11 +73,14 @@ class PciDriver:
             "value (e.g. GPU, what Cyborg reports) is used for all of them. A spec's "
             "device_type tag wins.",
         ),
+        bind_driver_option(),
     ]
 
     def __init__(self, context: DriverContext) -> None:
         self.hostname = context.hostname
-        self.sysfs = Sysfs(context.sysfs_root)
+        self.sysfs = context.open_sysfs()
+        self.pci_health = PciHealth(self.sysfs, context.health_settings())
+        self.state_dir = context.state_dir
         self.specs = parse_device_specs(context.settings.get("device_spec") or [])
         configured = (context.settings.get("device_type") or "auto").strip()
         self.default_type = None if configured.lower() == "auto" else configured.upper()
@@ -78,10 +98,23 @@ class PciDriver:
                 devices.append(self._device(function, spec))
         return devices
 
+    def health(self, device: Device) -> Health:
+        """Implements [exosuit.drivers.base.HealthReader]: the function's PCIe AER
+        counters, link and bus (exosuit.drivers.health)."""
+        return self.pci_health.check(device.pci_address or "")
+
+    def container_edits(self, device: Device, attach_handle: AttachHandle) -> ContainerEdits:
+        """Implements [exosuit.drivers.base.ContainerDevice]: the function's vfio nodes
+        when it is bound to vfio-pci, else its DRM render and accel nodes."""
+        return function_edits(self.sysfs, handle_address(attach_handle))
+
     def _device(self, function: PciFunction, spec: DeviceSpec) -> Device:
         vendor_trait = VENDOR_NAMES.get(function.vendor_id, function.vendor_id.upper())
-        traits = ("OWNER_CYBORG", f"CUSTOM_PCI_{vendor_trait}",
-                  f"CUSTOM_PCI_PRODUCT_ID_{function.device_id.upper()}") + spec.traits
+        traits = (
+            "OWNER_CYBORG",
+            f"CUSTOM_PCI_{vendor_trait}",
+            f"CUSTOM_PCI_PRODUCT_ID_{function.device_id.upper()}",
+        ) + spec.traits
         return Device(
             type=spec.device_type or self.default_type or device_type(function.class_code),
             vendor=function.vendor_id,

@@ -89,8 +89,7 @@ _TYPES = {
 def class_name(class_code: str) -> str:
     """``030200`` → ``3D controller``; an unknown subclass gets its base class's name."""
     code = class_code.lower().rjust(6, "0")
-    return (CLASS_NAMES.get(code[:4]) or _BASE_CLASS_NAMES.get(code[:2])
-            or f"Class {code[:4]}")
+    return CLASS_NAMES.get(code[:4]) or _BASE_CLASS_NAMES.get(code[:2]) or f"Class {code[:4]}"
 
 
 def device_type(class_code: str) -> str:

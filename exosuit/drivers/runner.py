@@ -12,9 +12,10 @@ import os
 import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "CommandFailed",
     "CommandNotRecorded",
     "CommandResult",
     "CommandRunner",
@@ -63,8 +64,7 @@ class SubprocessRunner:
         completed = subprocess.run(
             list(argv), capture_output=True, text=True, timeout=timeout, check=False
         )
-        return CommandResult(tuple(argv), completed.returncode, completed.stdout,
-                             completed.stderr)
+        return CommandResult(tuple(argv), completed.returncode, completed.stdout, completed.stderr)
 
 
 class RecordedRunner:
@@ -73,10 +73,12 @@ class RecordedRunner:
     ``RecordedRunner.from_file(path)`` reads such a mapping from a JSON file. A
     command without a recording raises CommandNotRecorded (as a missing tool
     raises FileNotFoundError), so drivers see what they would see on a host
-    without the tool.
+    without the tool. A word ``*`` in a recording's command stands for any one
+    argument (a file the agent names at run time, such as an image to load); an exact
+    recording wins over one with ``*``.
     """
 
-    def __init__(self, recordings: Mapping[str, Mapping] | None = None) -> None:
+    def __init__(self, recordings: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.recordings = dict(recordings or {})
         self.calls: list[tuple[str, ...]] = []
 
@@ -92,6 +94,23 @@ class RecordedRunner:
         self.calls.append(argv)
         recording = self.recordings.get(shlex.join(argv))
         if recording is None:
+            recording = self._matching(argv)
+        if recording is None:
             raise CommandNotRecorded(f"no recording of {shlex.join(argv)}")
-        return CommandResult(argv, int(recording.get("returncode", 0)),
-                             recording.get("stdout", ""), recording.get("stderr", ""))
+        return CommandResult(
+            argv,
+            int(recording.get("returncode", 0)),
+            recording.get("stdout", ""),
+            recording.get("stderr", ""),
+        )
+
+    def _matching(self, argv: tuple[str, ...]) -> Mapping[str, Any] | None:
+        for command, recording in self.recordings.items():
+            if "*" not in command:
+                continue
+            words = shlex.split(command)
+            if len(words) == len(argv) and all(
+                w in ("*", a) for w, a in zip(words, argv, strict=True)
+            ):
+                return recording
+        return None

@@ -1,12 +1,16 @@
-"""Reading the kernel's sysfs under a configurable root (``/`` on a host, a recorded
-tree under ``tests/fixtures/<host>/`` in tests).
+"""Reading the kernel's sysfs under a configurable root (``/`` on a host; a recorded or
+hand-written tree, such as ``tests/fixtures/<host>/``, elsewhere).
 
-Only what the kernel documents (Documentation/ABI/testing/sysfs-bus-pci …) is read.
+Only what the kernel documents (Documentation/ABI/testing/sysfs-bus-pci …) is read, and
+written: ``Sysfs.write`` is the one way a driver's install step changes the host
+(``driver_override``, ``sriov_numvfs``, ``qat/cfg_services`` …), confined to the tree's
+``sys`` directory.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 
 __all__ = ["PciFunction", "Sysfs", "normalize_id"]
@@ -64,6 +68,29 @@ class Sysfs:
                 return f.read().strip()
         except OSError:
             return None
+
+    def write(self, *parts: str, value: str) -> None:
+        """Write ``value`` to the existing attribute ``<root>/sys/<parts>`` in one write, as
+        ``echo value > attribute`` does (the kernel acts on each write).
+
+        Never creates a file: sysfs has no such thing, so a missing attribute (a kernel
+        without it, a device that went away) raises ``FileNotFoundError``. A path that
+        resolves outside ``<root>/sys`` (through ``..`` or a link) raises
+        ``PermissionError`` before anything is opened. The kernel's refusal (``EBUSY``,
+        ``EINVAL`` …) comes back as the ``OSError`` the write raised.
+        """
+        path = self.path(*parts)
+        sys_dir = os.path.realpath(self.path())
+        real = os.path.realpath(path)
+        if os.path.commonpath([real, sys_dir]) != sys_dir:
+            raise PermissionError(
+                errno.EACCES, f"refusing to write outside {self.path()}", "/".join(parts)
+            )
+        fd = os.open(real, os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(fd, value.encode())
+        finally:
+            os.close(fd)
 
     def listdir(self, *parts: str) -> list[str]:
         try:

@@ -64,8 +64,9 @@ class NovaClient:
         """
         method, url = "POST", PATH
         try:
-            response = self.adapter.post(url, json={"events": events},
-                                         microversion=MICROVERSION, raise_exc=False)
+            response = self.adapter.post(
+                url, json={"events": events}, microversion=MICROVERSION, raise_exc=False
+            )
         except ksa_exc.ClientException as error:  # unreachable, timeout, no endpoint, auth
             raise exceptions.NovaUnavailable(method=method, url=url, detail=str(error)) from error
         status = response.status_code
@@ -75,8 +76,7 @@ class NovaClient:
         if status in (404, 422):
             return EventsAnswer(status, [dict(e, code=status) for e in events], detail)
         if status >= 500 or status in (401, 403, 408, 429):
-            raise exceptions.NovaUnavailable(method=method, url=url,
-                                             detail=f"{status}: {detail}")
+            raise exceptions.NovaUnavailable(method=method, url=url, detail=f"{status}: {detail}")
         raise exceptions.NovaError(method=method, url=url, status=status, detail=detail)
 
 
@@ -114,13 +114,19 @@ def make_adapter(conf):
     if not conf.nova.auth_type:
         return None
     auth = ks_loading.load_auth_from_conf_options(conf, "nova")
+    if auth is None:  # [nova] auth_section names a group without an auth_type
+        return None
     if conf.service_user.send_service_user_token:
-        if not conf.service_user.auth_type:
+        service_auth = None
+        if conf.service_user.auth_type:
+            service_auth = ks_loading.load_auth_from_conf_options(conf, "service_user")
+        if service_auth is None:
             raise exceptions.NovaUnavailable(
-                method="POST", url=PATH,
+                method="POST",
+                url=PATH,
                 detail="[service_user] send_service_user_token is set but [service_user] "
-                "has no auth_type")
-        service_auth = ks_loading.load_auth_from_conf_options(conf, "service_user")
+                "has no auth_type",
+            )
         auth = service_token.ServiceTokenAuthWrapper(user_auth=auth, service_auth=service_auth)
     session = ks_loading.load_session_from_conf_options(conf, "nova", auth=auth)
     return ks_loading.load_adapter_from_conf_options(conf, "nova", session=session, auth=auth)

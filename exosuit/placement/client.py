@@ -81,16 +81,26 @@ class PlacementClient:
         return sum(self.calls.values())
 
     # -- the one boundary ------------------------------------------------------------
-    def request(self, method: str, url: str, body: Any = None, *,
-                expected: tuple[int, ...] = (200,), microversion: str = MICROVERSION):
+    def request(
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        *,
+        expected: tuple[int, ...] = (200,),
+        microversion: str = MICROVERSION,
+    ):
         """Send one request; return the decoded JSON body (None when empty).
 
         Raises PlacementUnavailable (unreachable, timeout, 5xx, 401/403),
         PlacementConflict (409), PlacementNotFound (404) or PlacementError.
         """
         self.calls[method] += 1
-        kwargs: dict[str, Any] = {"raise_exc": False, "microversion": microversion,
-                                  "microversion_service_type": "placement"}
+        kwargs: dict[str, Any] = {
+            "raise_exc": False,
+            "microversion": microversion,
+            "microversion_service_type": "placement",
+        }
         if body is not None:
             kwargs["json"] = body
         try:
@@ -99,8 +109,8 @@ class PlacementClient:
             # Connection refused or reset, timeout, no endpoint in the catalog, the
             # identity service refusing our credentials …
             raise exceptions.PlacementUnavailable(
-                method=method, url=url, status=None,
-                detail=f"{type(error).__name__}: {error}") from error
+                method=method, url=url, status=None, detail=f"{type(error).__name__}: {error}"
+            ) from error
         status = response.status_code
         if status in expected:
             if status == 204 or not response.content:
@@ -108,8 +118,10 @@ class PlacementClient:
             return response.json()
         detail, code = _error_detail(response)
         if status == 406:
-            detail = (f"this Placement does not speak microversion {microversion} "
-                      f"(Rocky or later is needed): {detail}")
+            detail = (
+                f"this Placement does not speak microversion {microversion} "
+                f"(Rocky or later is needed): {detail}"
+            )
         kind = exceptions.PlacementError
         if status in (401, 403) or status >= 500:
             kind = exceptions.PlacementUnavailable
@@ -146,8 +158,11 @@ class PlacementClient:
         return self.request("POST", "/resource_providers", body)
 
     def update_provider(self, uuid: str, name: str, parent_uuid: str | None) -> dict:
-        return self.request("PUT", f"/resource_providers/{uuid}",
-                            {"name": name, "parent_provider_uuid": parent_uuid})
+        return self.request(
+            "PUT",
+            f"/resource_providers/{uuid}",
+            {"name": name, "parent_provider_uuid": parent_uuid},
+        )
 
     def delete_provider(self, uuid: str) -> None:
         self.request("DELETE", f"/resource_providers/{uuid}", expected=(204,))
@@ -158,8 +173,11 @@ class PlacementClient:
         return found["resource_provider_generation"], found["inventories"]
 
     def set_inventories(self, uuid: str, generation: int, inventories: dict) -> int:
-        found = self.request("PUT", f"/resource_providers/{uuid}/inventories", {
-            "resource_provider_generation": generation, "inventories": inventories})
+        found = self.request(
+            "PUT",
+            f"/resource_providers/{uuid}/inventories",
+            {"resource_provider_generation": generation, "inventories": inventories},
+        )
         return found["resource_provider_generation"]
 
     def get_traits(self, uuid: str) -> tuple[int, list[str]]:
@@ -167,8 +185,11 @@ class PlacementClient:
         return found["resource_provider_generation"], found["traits"]
 
     def set_traits(self, uuid: str, generation: int, traits) -> int:
-        found = self.request("PUT", f"/resource_providers/{uuid}/traits", {
-            "resource_provider_generation": generation, "traits": sorted(traits)})
+        found = self.request(
+            "PUT",
+            f"/resource_providers/{uuid}/traits",
+            {"resource_provider_generation": generation, "traits": sorted(traits)},
+        )
         return found["resource_provider_generation"]
 
     # -- custom names ----------------------------------------------------------------
@@ -225,8 +246,9 @@ def use_placement_url(conf, url: str) -> None:
     conf.set_override("endpoint_override", url, group="placement")
     if not conf.placement.auth_type:
         conf.set_override("auth_type", "admin_token", group="placement")
-        conf.register_opts(ks_loading.get_auth_plugin_conf_options("admin_token"),
-                           group="placement")
+        conf.register_opts(
+            ks_loading.get_auth_plugin_conf_options("admin_token"), group="placement"
+        )
         conf.set_override("endpoint", url, group="placement")
         conf.set_override("token", "admin", group="placement")
     if _from_default(conf, "manage_compute_providers"):

@@ -18,8 +18,29 @@ import threading
 import time
 from pathlib import Path
 
-from exosuit.conductor.jobs import RetryLater, register, register_service
 from exosuit.db import models
+from exosuit.jobs import JobKind, RetryLater, Service
+
+# What a conductor with ``[conductor] handler_modules = tests.conductor.handlers`` runs.
+JOB_KINDS: list[JobKind] = []
+SERVICES: list[Service] = []
+
+
+def register(kind: str):
+    def decorator(func):
+        JOB_KINDS.append(JobKind(kind, func))
+        return func
+
+    return decorator
+
+
+def register_service(name: str):
+    def decorator(factory):
+        SERVICES.append(Service(name, factory))
+        return factory
+
+    return decorator
+
 
 LOG_NAME = "runs.log"
 
@@ -59,13 +80,19 @@ def _recorded(ctx, payload):
         os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
     except FileExistsError:
         append(folder, f"overlap {n} {os.getpid()}")
-    append(folder, f"start {n} {os.getpid()} {threading.current_thread().name} "
-           f"{models.utcnow().isoformat()} {ctx.job_id}")
+    append(
+        folder,
+        f"start {n} {os.getpid()} {threading.current_thread().name} "
+        f"{models.utcnow().isoformat()} {ctx.job_id}",
+    )
     try:
         yield folder
     finally:
-        append(folder, f"end {n} {os.getpid()} {threading.current_thread().name} "
-               f"{models.utcnow().isoformat()}")
+        append(
+            folder,
+            f"end {n} {os.getpid()} {threading.current_thread().name} "
+            f"{models.utcnow().isoformat()}",
+        )
         marker.unlink(missing_ok=True)
 
 

@@ -23,18 +23,18 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from exosuit.backoff import backoff_delay
 from exosuit.cmd import conductor as conductor_cmd
-from exosuit.conductor import jobs
+from exosuit.conductor import kinds
 from exosuit.conductor.worker import (
     Conductor,
     Settings,
     Worker,
-    backoff_delay,
     purge_finished,
     schedule_periodic,
 )
 from exosuit.conf import make_conf
-from exosuit.db import models
+from exosuit.db import jobs, models
 from exosuit.db.api import Database
 from tests.conductor import handlers
 from tests.conftest import new_database_url
@@ -42,11 +42,17 @@ from tests.helpers.agent_processes import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-FAST = Settings(poll_interval=0.05, lease_seconds=30, max_attempts=3, backoff_base=10,
-                backoff_max=60)
+FAST = Settings(
+    poll_interval=0.05, lease_seconds=30, max_attempts=3, backoff_base=10, backoff_max=60
+)
 
 
 # Helpers
+
+
+def conductor_conf(**overrides):
+    """A configuration whose conductors also run the test kinds (tests/conductor/handlers.py)."""
+    return make_conf([], **{"conductor.handler_modules": ["tests.conductor.handlers"], **overrides})
 
 
 def enqueue(db, kind: str, payload: dict, **kw) -> int:
@@ -54,20 +60,30 @@ def enqueue(db, kind: str, payload: dict, **kw) -> int:
 
 
 def job_row(db, job_id: int):
-    return db.read(lambda conn: conn.execute(
-        sa.select(models.jobs).where(models.jobs.c.id == job_id)).mappings().one())
+    return db.read(
+        lambda conn: (
+            conn.execute(sa.select(models.jobs).where(models.jobs.c.id == job_id)).mappings().one()
+        )
+    )
 
 
 def all_jobs(db) -> list:
-    return db.read(lambda conn: conn.execute(
-        sa.select(models.jobs).order_by(models.jobs.c.id)).mappings().all())
+    return db.read(
+        lambda conn: (
+            conn.execute(sa.select(models.jobs).order_by(models.jobs.c.id)).mappings().all()
+        )
+    )
 
 
 def make_due(db, job_id: int) -> None:
     """Age a job's run_after into the past (instead of waiting out its backoff)."""
-    db.write(lambda conn: conn.execute(
-        sa.update(models.jobs).where(models.jobs.c.id == job_id)
-        .values(run_after=models.utcnow() - dt.timedelta(seconds=1))))
+    db.write(
+        lambda conn: conn.execute(
+            sa.update(models.jobs)
+            .where(models.jobs.c.id == job_id)
+            .values(run_after=models.utcnow() - dt.timedelta(seconds=1))
+        )
+    )
 
 
 def all_succeeded(db, count: int) -> bool:
@@ -113,8 +129,12 @@ def test_a_rolled_back_transaction_leaves_no_job(database, tmp_path):
         conn.execute(sa.insert(models.hosts).values(hostname="h1", created_at=models.utcnow()))
         job_id = jobs.enqueue(conn, "test.record", {"dir": str(tmp_path), "n": 0}, key="sync:h1")
     [row] = all_jobs(database)
-    assert (row["id"], row["state"], row["key"], row["attempts"]) == (job_id, "pending",
-                                                                       "sync:h1", 0)
+    assert (row["id"], row["state"], row["key"], row["attempts"]) == (
+        job_id,
+        "pending",
+        "sync:h1",
+        0,
+    )
 
 
 def test_a_pending_job_absorbs_jobs_of_its_key_a_running_one_does_not(database, tmp_path):
@@ -125,7 +145,7 @@ def test_a_pending_job_absorbs_jobs_of_its_key_a_running_one_does_not(database, 
     assert len({first, other, unkeyed}) == 3
     assert json.loads(job_row(database, first)["payload"])["n"] == 0
 
-    claimed = Worker(make_conf([]), database, settings=FAST).claim()
+    claimed = Worker(conductor_conf(), database, settings=FAST).claim()
     assert claimed.id == first
     # Running: it may have read the state before this change, so a new job is queued.
     again = enqueue(database, "test.record", {"dir": str(tmp_path), "n": 4}, key="sync:h1")
@@ -138,26 +158,34 @@ def test_a_pending_job_absorbs_jobs_of_its_key_a_running_one_does_not(database, 
 
 def test_a_successful_job_is_recorded_with_its_worker(database, tmp_path):
     job_id = enqueue(database, "test.record", {"dir": str(tmp_path), "n": 0})
-    worker = Worker(make_conf([]), database, settings=FAST)
+    worker = Worker(conductor_conf(), database, settings=FAST)
     outcome = worker.run_once()
     assert (outcome.job_id, outcome.state, outcome.recorded) == (job_id, "succeeded", True)
     row = job_row(database, job_id)
     assert (row["state"], row["attempts"], row["worker"], row["lease_expires_at"]) == (
-        "succeeded", 0, worker.id, None)
+        "succeeded",
+        0,
+        worker.id,
+        None,
+    )
     assert_each_ran_once(Runs(tmp_path), 1)
     assert worker.run_once() is None
 
 
 def test_a_failed_attempt_backs_off_exponentially_until_max_attempts(database, tmp_path):
     job_id = enqueue(database, "test.flaky", {"dir": str(tmp_path), "n": 0, "failures": 99})
-    worker = Worker(make_conf([]), database, settings=FAST)  # base 10 s, 3 attempts
+    worker = Worker(conductor_conf(), database, settings=FAST)  # base 10 s, 3 attempts
     for attempt, (low, high) in ((1, (5, 10)), (2, (10, 20))):
         before = models.utcnow()
         outcome = worker.run_once()
         assert (outcome.state, outcome.attempts) == ("pending", attempt)
         row = job_row(database, job_id)
         assert (row["state"], row["attempts"], row["worker"], row["lease_expires_at"]) == (
-            "pending", attempt, worker.id, None)
+            "pending",
+            attempt,
+            worker.id,
+            None,
+        )
         assert row["last_error"] == f"RuntimeError: failure {attempt}"
         wait = seconds_between(row["run_after"], before)
         assert low - 0.5 <= wait <= high + 0.5, (attempt, wait)
@@ -167,7 +195,10 @@ def test_a_failed_attempt_backs_off_exponentially_until_max_attempts(database, t
     assert (outcome.state, outcome.attempts) == ("failed", 3)
     row = job_row(database, job_id)
     assert (row["state"], row["attempts"], row["last_error"]) == (
-        "failed", 3, "RuntimeError: failure 3")
+        "failed",
+        3,
+        "RuntimeError: failure 3",
+    )
     make_due(database, job_id)
     assert worker.run_once() is None
     assert Runs(tmp_path).starts == {"0": 3}
@@ -175,9 +206,10 @@ def test_a_failed_attempt_backs_off_exponentially_until_max_attempts(database, t
 
 def test_a_flaky_job_succeeds_on_retry_and_keeps_its_last_error(database, tmp_path):
     job_id = enqueue(database, "test.flaky", {"dir": str(tmp_path), "n": 0, "failures": 2})
-    settings = Settings(poll_interval=0.05, lease_seconds=30, max_attempts=5,
-                        backoff_base=0.01, backoff_max=0.05)
-    worker = Worker(make_conf([]), database, settings=settings)
+    settings = Settings(
+        poll_interval=0.05, lease_seconds=30, max_attempts=5, backoff_base=0.01, backoff_max=0.05
+    )
+    worker = Worker(conductor_conf(), database, settings=settings)
     states = []
     while len(states) < 3:
         outcome = worker.run_once()
@@ -188,13 +220,17 @@ def test_a_flaky_job_succeeds_on_retry_and_keeps_its_last_error(database, tmp_pa
     assert states == ["pending", "pending", "succeeded"]
     row = job_row(database, job_id)
     assert (row["state"], row["attempts"], row["last_error"]) == (
-        "succeeded", 2, "RuntimeError: failure 2")
+        "succeeded",
+        2,
+        "RuntimeError: failure 2",
+    )
 
 
 def test_retry_later_reschedules_without_counting_an_attempt(database):
-    job_id = enqueue(database, "test.later", {"reason": "no compute node provider yet",
-                                              "delay": 40})
-    worker = Worker(make_conf([]), database, settings=FAST)
+    job_id = enqueue(
+        database, "test.later", {"reason": "no compute node provider yet", "delay": 40}
+    )
+    worker = Worker(conductor_conf(), database, settings=FAST)
     before = models.utcnow()
     outcome = worker.run_once()
     assert (outcome.state, outcome.attempts, outcome.recorded) == ("pending", 0, True)
@@ -207,7 +243,7 @@ def test_retry_later_reschedules_without_counting_an_attempt(database):
 
 def test_a_job_of_unknown_kind_fails_with_a_clear_error(database):
     job_id = enqueue(database, "test.nobody", {})
-    outcome = Worker(make_conf([]), database, settings=FAST).run_once()
+    outcome = Worker(conductor_conf(), database, settings=FAST).run_once()
     assert outcome.state == "failed"
     row = job_row(database, job_id)
     assert row["state"] == "failed"
@@ -216,21 +252,23 @@ def test_a_job_of_unknown_kind_fails_with_a_clear_error(database):
 
 def test_backoff_doubles_from_the_base_up_to_the_maximum_with_jitter():
     rng = random.Random(4)
-    assert backoff_delay(0, 2, 300, rng) == 0
+    assert backoff_delay(0, 2, 300, rng=rng) == 0
     for failures, full in ((1, 2), (2, 4), (3, 8), (8, 256), (9, 300), (500, 300)):
-        delays = [backoff_delay(failures, 2, 300, rng) for _ in range(200)]
+        delays = [backoff_delay(failures, 2, 300, rng=rng) for _ in range(200)]
         assert all(full / 2 <= d <= full for d in delays), (failures, min(delays), max(delays))
         assert max(delays) - min(delays) > full / 4  # jittered, not constant
 
 
 def test_services_are_built_once_from_the_configuration(sqlite_database, tmp_path):
     handlers.ECHO_BUILDS.clear()
-    conf = make_conf([], host="echo-host")
+    conf = conductor_conf(host="echo-host")
     for n in range(2):
-        enqueue(sqlite_database, "test.service", {"dir": str(tmp_path), "n": n,
-                                                  "service": "test.echo"})
-    unknown = enqueue(sqlite_database, "test.service", {"dir": str(tmp_path), "n": 2,
-                                                        "service": "test.absent"})
+        enqueue(
+            sqlite_database, "test.service", {"dir": str(tmp_path), "n": n, "service": "test.echo"}
+        )
+    unknown = enqueue(
+        sqlite_database, "test.service", {"dir": str(tmp_path), "n": 2, "service": "test.absent"}
+    )
     worker = Worker(conf, sqlite_database, settings=FAST)
     outcomes = [worker.run_once() for _ in range(3)]
     assert [o.state for o in outcomes] == ["succeeded", "succeeded", "pending"]
@@ -248,14 +286,17 @@ def test_services_are_built_once_from_the_configuration(sqlite_database, tmp_pat
 def test_a_claim_skips_a_job_locked_by_another_claimer_without_waiting(database):
     first = enqueue(database, "test.record", {})
     second = enqueue(database, "test.record", {})
-    worker = Worker(make_conf([]), database, settings=FAST)
+    worker = Worker(conductor_conf(), database, settings=FAST)
     with database.writer() as conn:  # another claimer, in the middle of its transaction
-        conn.execute(sa.select(models.jobs.c.id).where(models.jobs.c.id == first)
-                     .with_for_update())
-        began = time.monotonic()
-        job = worker.claim()
-        assert time.monotonic() - began < 5
-        assert job.id == second
+        conn.execute(sa.select(models.jobs.c.id).where(models.jobs.c.id == first).with_for_update())
+        # Run in a thread: a claim that waited for the lock would wait until this
+        # transaction ends, so it would still be running when the generous join ends.
+        claimed: list = []
+        claimer = threading.Thread(target=lambda: claimed.append(worker.claim()), daemon=True)
+        claimer.start()
+        claimer.join(timeout=60)
+        assert not claimer.is_alive(), "the claim waited for the locked job"
+        assert claimed[0].id == second
     assert worker.claim().id == first
 
 
@@ -264,7 +305,7 @@ def test_worker_threads_run_every_job_exactly_once(database, tmp_path):
     with database.writer() as conn:
         for n in range(count):
             jobs.enqueue(conn, "test.record", {"dir": str(tmp_path), "n": n, "sleep": 0.02})
-    conductor = Conductor(make_conf([]), database, workers=4, settings=FAST, periodic={})
+    conductor = Conductor(conductor_conf(), database, workers=4, settings=FAST, periodic={})
     conductor.start()
     try:
         wait_for(lambda: all_succeeded(database, count), 30, "all jobs succeeded")
@@ -280,27 +321,38 @@ class ConductorProcess:
     """``exosuit-conductor --config-file …`` as a real process; stderr collected."""
 
     def __init__(self, config: Path, *extra: str) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        }
         self.proc = subprocess.Popen(
             [str(BIN / "exosuit-conductor"), "--config-file", str(config), *extra],
-            cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True)
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.lines: list[str] = []
         self._terminated = False
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
+        with self.proc.stderr as stream:  # closed at the end of the output
+            for line in stream:
+                self.lines.append(line.rstrip("\n"))
 
     def output(self) -> str:
         return "\n".join(self.lines)
 
     def wait_started(self, timeout: float = 30) -> None:
-        wait_for(lambda: "worker(s) started" in self.output() or self.proc.poll() is not None,
-                 timeout, "exosuit-conductor started")
+        wait_for(
+            lambda: "worker(s) started" in self.output() or self.proc.poll() is not None,
+            timeout,
+            "exosuit-conductor started",
+        )
         assert self.proc.poll() is None, self.output()
 
     def terminate(self) -> None:
@@ -332,14 +384,30 @@ def processes():
 
 def write_config(path: Path, db, **conductor) -> Path:
     url = db.url.render_as_string(hide_password=False)
-    # No periodic Placement reconcile here: these tests count every job row.
-    options = {"handler_modules": "tests.conductor.handlers", "reconcile_interval": 0,
-               **conductor}
-    path.write_text("\n".join([
-        "[DEFAULT]", f"state_path = {path.parent}",
-        "[database]", f"connection = {url}",
-        "[conductor]", *(f"{k} = {v}" for k, v in options.items()),
-    ]) + "\n")
+    # No periodic Placement reconcile, program, claim, health or audit sweep here: these
+    # tests count every job row.
+    options = {
+        "handler_modules": "tests.conductor.handlers",
+        "reconcile_interval": 0,
+        "program_sweep_interval": 0,
+        "claim_sweep_interval": 0,
+        "health_sweep_interval": 0,
+        "audit_sweep_interval": 0,
+        **conductor,
+    }
+    path.write_text(
+        "\n".join(
+            [
+                "[DEFAULT]",
+                f"state_path = {path.parent}",
+                "[database]",
+                f"connection = {url}",
+                "[conductor]",
+                *(f"{k} = {v}" for k, v in options.items()),
+            ]
+        )
+        + "\n"
+    )
     return path
 
 
@@ -347,9 +415,11 @@ def write_config(path: Path, db, **conductor) -> Path:
 # default runs its one worker inside `exosuit serve`.
 @pytest.mark.parametrize("database", ["postgresql", "mariadb"], indirect=True)
 def test_two_conductor_processes_share_the_work_without_doing_any_job_twice(
-        database, tmp_path, processes):
-    config = write_config(tmp_path / "exosuit.conf", database, poll_interval=0.05,
-                          lease_seconds=30, workers=2)
+    database, tmp_path, processes
+):
+    config = write_config(
+        tmp_path / "exosuit.conf", database, poll_interval=0.05, lease_seconds=30, workers=2
+    )
     for _ in range(2):
         processes.append(ConductorProcess(config))
     for process in processes:
@@ -374,7 +444,8 @@ def test_two_conductor_processes_share_the_work_without_doing_any_job_twice(
 
 
 def test_sigterm_finishes_the_job_in_hand_and_a_second_one_exits_at_once(
-        sqlite_database, db_servers, tmp_path_factory, processes):
+    sqlite_database, db_servers, tmp_path_factory, processes
+):
     graceful_db = sqlite_database
     hasty_db = Database(new_database_url("sqlite", db_servers, tmp_path_factory))
     folders = {name: tmp_path_factory.mktemp(name) for name in ("graceful", "hasty")}
@@ -383,8 +454,9 @@ def test_sigterm_finishes_the_job_in_hand_and_a_second_one_exits_at_once(
         for name, db in (("graceful", graceful_db), ("hasty", hasty_db)):
             folder = folders[name]
             enqueue(db, "test.record", {"dir": str(folder), "n": 0, "sleep": 2})
-            config = write_config(folder / "exosuit.conf", db, poll_interval=0.05,
-                                  lease_seconds=30, workers=1)
+            config = write_config(
+                folder / "exosuit.conf", db, poll_interval=0.05, lease_seconds=30, workers=1
+            )
             started[name] = ConductorProcess(config)
             processes.append(started[name])
         for name in started:
@@ -414,9 +486,11 @@ def test_sigterm_finishes_the_job_in_hand_and_a_second_one_exits_at_once(
 
 
 def test_a_job_of_a_killed_worker_is_run_again_after_its_lease_expires(
-        database, tmp_path, processes):
-    config = write_config(tmp_path / "exosuit.conf", database, poll_interval=0.05,
-                          lease_seconds=2, workers=1)
+    database, tmp_path, processes
+):
+    config = write_config(
+        tmp_path / "exosuit.conf", database, poll_interval=0.05, lease_seconds=2, workers=1
+    )
     job_id = enqueue(database, "test.block_first", {"dir": str(tmp_path), "n": 0, "block": 60})
     process = ConductorProcess(config)
     processes.append(process)
@@ -429,34 +503,51 @@ def test_a_job_of_a_killed_worker_is_run_again_after_its_lease_expires(
     dead = job_row(database, job_id)  # the lease as the dead worker last renewed it
     assert (dead["state"], dead["worker"]) == ("running", held["worker"])
 
-    conductor = Conductor(make_conf([]), database, workers=1, periodic={},
-                          settings=Settings(poll_interval=0.05, lease_seconds=2))
+    conductor = Conductor(
+        conductor_conf(),
+        database,
+        workers=1,
+        periodic={},
+        settings=Settings(poll_interval=0.05, lease_seconds=2),
+    )
     conductor.start()
     try:
-        wait_for(lambda: job_row(database, job_id)["state"] == "succeeded", 20,
-                 "the job succeeded in another worker")
+        wait_for(
+            lambda: job_row(database, job_id)["state"] == "succeeded",
+            20,
+            "the job succeeded in another worker",
+        )
     finally:
         assert conductor.stop(timeout=10)
     row = job_row(database, job_id)
     assert row["worker"] == conductor.workers[0].id
     assert row["attempts"] == 1  # the killed run counts as a failed attempt
-    assert row["last_error"] == (f"lease expired: worker {held['worker']} did not finish "
-                                 "(killed or stalled)")
+    assert row["last_error"] == (
+        f"lease expired: worker {held['worker']} did not finish (killed or stalled)"
+    )
     runs = Runs(tmp_path)
     assert runs.starts == {"0": 2} and runs.ends == {"0": 1} and runs.overlaps == []
     second_start = dt.datetime.fromisoformat(
-        [line for line in runs.lines if line[0] == "start"][1][4])
+        [line for line in runs.lines if line[0] == "start"][1][4]
+    )
     assert second_start >= dead["lease_expires_at"]  # not claimed again before that
 
 
 def test_a_worker_that_lost_its_lease_cannot_overwrite_the_new_outcome(database, tmp_path):
     gate = f"gate-{tmp_path.name}"
     handlers.GATES[gate] = threading.Event()
-    job_id = enqueue(database, "test.block_first", {"dir": str(tmp_path), "n": 0, "gate": gate,
-                                                    "then_fail": True})
-    conf = make_conf([])
-    stalled = Worker(conf, database, name="stalled",
-                     settings=Settings(poll_interval=0.05, lease_seconds=1.5, max_attempts=5))
+    job_id = enqueue(
+        database,
+        "test.block_first",
+        {"dir": str(tmp_path), "n": 0, "gate": gate, "then_fail": True},
+    )
+    conf = conductor_conf()
+    stalled = Worker(
+        conf,
+        database,
+        name="stalled",
+        settings=Settings(poll_interval=0.05, lease_seconds=1.5, max_attempts=5),
+    )
     job = stalled.claim()
     assert job.id == job_id
     other = Worker(conf, database, name="other", settings=FAST)
@@ -478,7 +569,10 @@ def test_a_worker_that_lost_its_lease_cannot_overwrite_the_new_outcome(database,
     assert (late[0].state, late[0].recorded) == ("succeeded", False)
     assert job_row(database, job_id) == newer
     assert (newer["state"], newer["worker"], newer["last_error"]) == (
-        "pending", other.id, "RuntimeError: the second run failed")
+        "pending",
+        other.id,
+        "RuntimeError: the second run failed",
+    )
     assert ["owned", str(job_id), "False"] in Runs(tmp_path).lines  # ctx.heartbeat() said so
     del handlers.GATES[gate]
 
@@ -486,7 +580,7 @@ def test_a_worker_that_lost_its_lease_cannot_overwrite_the_new_outcome(database,
 def test_the_heartbeat_keeps_a_long_job_from_being_claimed_again(database, tmp_path):
     short_lease = Settings(poll_interval=0.05, lease_seconds=1.5)
     job_id = enqueue(database, "test.record", {"dir": str(tmp_path), "n": 0, "sleep": 2.5})
-    conf = make_conf([])
+    conf = conductor_conf()
     first = Conductor(conf, database, workers=1, settings=short_lease, periodic={}, name="a")
     second = Conductor(conf, database, workers=2, settings=short_lease, periodic={}, name="b")
     first.start()
@@ -509,9 +603,17 @@ def test_a_periodic_job_runs_one_at_a_time_across_conductors(database):
     handlers.PERIODIC_OVERLAPS.clear()
     interval = 0.3
     settings = Settings(poll_interval=0.05, lease_seconds=10)
-    conductors = [Conductor(make_conf([]), database, workers=2, settings=settings,
-                            periodic={"test.periodic": interval}, name=f"c{i}")
-                  for i in range(2)]
+    conductors = [
+        Conductor(
+            conductor_conf(),
+            database,
+            workers=2,
+            settings=settings,
+            periodic={"test.periodic": interval},
+            name=f"c{i}",
+        )
+        for i in range(2)
+    ]
     for conductor in conductors:
         conductor.start()
     try:
@@ -525,40 +627,68 @@ def test_a_periodic_job_runs_one_at_a_time_across_conductors(database):
         assert start - end >= interval - 0.02, (start - end, runs)
     [row] = all_jobs(database)
     assert (row["id"], row["kind"], row["key"]) == (
-        jobs.periodic_job_id("test.periodic"), "test.periodic", "periodic:test.periodic")
+        jobs.periodic_job_id("test.periodic"),
+        "test.periodic",
+        "periodic:test.periodic",
+    )
 
 
 def test_periodic_kinds_without_a_handler_are_not_scheduled(database):
-    conf = make_conf([])
-    schedule_periodic(database, conf, jobs.PERIODIC, handlers={})
+    conf = conductor_conf()
+    periodic = kinds.load(conf).periodic
+    schedule_periodic(database, conf, periodic, handlers={})
     assert all_jobs(database) == []
     conf.set_override("reconcile_interval", 0, group="conductor")
-    schedule_periodic(database, conf, jobs.PERIODIC, handlers={"placement_reconcile": print})
+    schedule_periodic(database, conf, periodic, handlers={"placement_reconcile": print})
     assert all_jobs(database) == []
     conf.clear_override("reconcile_interval", group="conductor")
     for _ in range(2):  # a second call (or conductor) adds nothing
-        schedule_periodic(database, conf, jobs.PERIODIC, handlers={"placement_reconcile": print})
+        schedule_periodic(database, conf, periodic, handlers={"placement_reconcile": print})
     [row] = all_jobs(database)
     assert (row["id"], row["kind"], row["state"]) == (
-        jobs.periodic_job_id("placement_reconcile"), "placement_reconcile", "pending")
+        jobs.periodic_job_id("placement_reconcile"),
+        "placement_reconcile",
+        "pending",
+    )
 
 
 def test_old_finished_jobs_are_deleted_after_their_retention(database):
-    ids = {name: enqueue(database, "test.record", {}) for name in (
-        "old_succeeded", "new_succeeded", "old_failed", "very_old_failed", "pending")}
+    ids = {
+        name: enqueue(database, "test.record", {})
+        for name in ("old_succeeded", "new_succeeded", "old_failed", "very_old_failed", "pending")
+    }
     periodic = jobs.periodic_job_id("test.periodic")
-    database.write(lambda conn: conn.execute(sa.insert(models.jobs).values(
-        id=periodic, kind="test.periodic", payload="{}", state="pending", attempts=0,
-        run_after=models.utcnow(), created_at=models.utcnow())))
+    database.write(
+        lambda conn: conn.execute(
+            sa.insert(models.jobs).values(
+                id=periodic,
+                kind="test.periodic",
+                payload="{}",
+                state="pending",
+                attempts=0,
+                run_after=models.utcnow(),
+                created_at=models.utcnow(),
+            )
+        )
+    )
     ids["periodic"] = periodic
     now = models.utcnow()
-    ages = {"old_succeeded": ("succeeded", 7200), "new_succeeded": ("succeeded", 60),
-            "old_failed": ("failed", 7200), "very_old_failed": ("failed", 90000),
-            "periodic": ("succeeded", 90000), "pending": ("pending", 90000)}
+    ages = {
+        "old_succeeded": ("succeeded", 7200),
+        "new_succeeded": ("succeeded", 60),
+        "old_failed": ("failed", 7200),
+        "very_old_failed": ("failed", 90000),
+        "periodic": ("succeeded", 90000),
+        "pending": ("pending", 90000),
+    }
     for name, (state, age) in ages.items():
-        database.write(lambda conn, name=name, state=state, age=age: conn.execute(
-            sa.update(models.jobs).where(models.jobs.c.id == ids[name])
-            .values(state=state, updated_at=now - dt.timedelta(seconds=age))))
+        database.write(
+            lambda conn, name=name, state=state, age=age: conn.execute(
+                sa.update(models.jobs)
+                .where(models.jobs.c.id == ids[name])
+                .values(state=state, updated_at=now - dt.timedelta(seconds=age))
+            )
+        )
 
     def remaining():
         left = {row["id"] for row in all_jobs(database)}
@@ -578,19 +708,26 @@ def test_old_finished_jobs_are_deleted_after_their_retention(database):
 def test_status_lists_unfinished_and_failed_jobs_and_retry_requeues(database, tmp_path, capsys):
     config = str(write_config(tmp_path / "exosuit.conf", database))
     failed = enqueue(database, "test.nobody", {})
-    Worker(make_conf([]), database, settings=FAST).run_once()
-    waiting = enqueue(database, "test.later", {"reason": "x", "delay": 1}, key="later:1",
-                      delay=3600)
+    Worker(conductor_conf(), database, settings=FAST).run_once()
+    waiting = enqueue(
+        database, "test.later", {"reason": "x", "delay": 1}, key="later:1", delay=3600
+    )
     assert conductor_cmd.main(["status", "--config-file", config]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "jobs: 1 pending, 0 running, 1 failed, 0 succeeded"
     table = [line.split()[:5] for line in out[3:]]
-    assert [row[:4] for row in table] == [[str(failed), "test.nobody", "failed", "1"],
-                                          [str(waiting), "test.later", "pending", "0"]]
+    assert [row[:4] for row in table] == [
+        [str(failed), "test.nobody", "failed", "1"],
+        [str(waiting), "test.later", "pending", "0"],
+    ]
     assert "no handler for job kind 'test.nobody'" in out[3]
 
-    assert conductor_cmd.main(["--config-file", config, "status", "--state", "failed",
-                               "--format", "json"]) == 0
+    assert (
+        conductor_cmd.main(
+            ["--config-file", config, "status", "--state", "failed", "--format", "json"]
+        )
+        == 0
+    )
     listed = json.loads(capsys.readouterr().out)
     assert [job["id"] for job in listed["jobs"]] == [failed]
 

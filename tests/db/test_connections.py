@@ -21,15 +21,23 @@ def _kill_connections(server, database_name: str) -> int:
     """End every server session on ``database_name``; return how many."""
     with server.engine.connect() as conn:
         if server.backend == "mariadb":
-            ids = [r[0] for r in conn.exec_driver_sql(
-                "SELECT id FROM information_schema.processlist WHERE db = %s",
-                (database_name,))]
+            ids = [
+                r[0]
+                for r in conn.exec_driver_sql(
+                    "SELECT id FROM information_schema.processlist WHERE db = %s", (database_name,)
+                )
+            ]
             for ident in ids:
                 conn.exec_driver_sql(f"KILL {int(ident)}")
         else:
-            ids = [r[0] for r in conn.exec_driver_sql(
-                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-                (database_name,))]
+            ids = [
+                r[0]
+                for r in conn.exec_driver_sql(
+                    "SELECT pid FROM pg_stat_activity"
+                    " WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (database_name,),
+                )
+            ]
             for ident in ids:
                 conn.exec_driver_sql(f"SELECT pg_terminate_backend({int(ident)})")
     return len(ids)

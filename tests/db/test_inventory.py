@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from exosuit.db import inventory, models
 from exosuit.drivers.base import pci_cpid
+from exosuit.schemas import device_identity
 from tests.helpers.inventory import fpga, rehash, snapshot
 
 HOST = "inv-host"
@@ -29,8 +30,11 @@ TABLES = ("devices", "controlpath_ids", "deployables", "attributes", "attach_han
 
 # -- helpers ---------------------------------------------------------------------------
 
-def apply(database, body: dict, hostname: str = HOST) -> inventory.ApplyResult:
-    return database.write(inventory.apply_snapshot, hostname, body)
+
+def apply(
+    database, body: dict, hostname: str = HOST, expect_new: bool = False
+) -> inventory.ApplyResult:
+    return database.write(inventory.apply_snapshot, hostname, body, expect_new=expect_new)
 
 
 def put(api, body: dict, hostname: str = HOST, expect: int = 200):
@@ -54,8 +58,13 @@ def everything(database) -> dict[str, list[dict]]:
 
 def orphans(database) -> dict[str, int]:
     """Rows whose parent is gone, per relation (all must be 0)."""
-    dev, cp, dep, at, ah = (models.devices, models.controlpath_ids, models.deployables,
-                            models.attributes, models.attach_handles)
+    dev, cp, dep, at, ah = (
+        models.devices,
+        models.controlpath_ids,
+        models.deployables,
+        models.attributes,
+        models.attach_handles,
+    )
     arq = models.accelerator_requests
     checks = {
         "controlpath_ids.device_id": (cp, cp.c.device_id, dev.c.id),
@@ -70,8 +79,9 @@ def orphans(database) -> dict[str, int]:
     with database.reader() as conn:
         for name, (table, column, parent) in checks.items():
             counts[name] = conn.execute(
-                sa.select(sa.func.count()).select_from(table).where(
-                    column.is_not(None), column.not_in(sa.select(parent)))
+                sa.select(sa.func.count())
+                .select_from(table)
+                .where(column.is_not(None), column.not_in(sa.select(parent)))
             ).scalar()
     return counts
 
@@ -119,14 +129,14 @@ def device_tree(database, device_id: int) -> dict:
         "controlpath_ids": rows(database, "controlpath_ids", device_id=device_id),
         "deployables": deployables,
         "attributes": [a for a in rows(database, "attributes") if a["deployable_id"] in ids],
-        "attach_handles": [h for h in rows(database, "attach_handles")
-                           if h["deployable_id"] in ids],
+        "attach_handles": [
+            h for h in rows(database, "attach_handles") if h["deployable_id"] in ids
+        ],
     }
 
 
 def ensure_profile(api, profile: str = "inv") -> None:
-    r = api.post("/v2/device_profiles",
-                 [{"name": profile, "groups": [{"resources:FPGA": "1"}]}])
+    r = api.post("/v2/device_profiles", [{"name": profile, "groups": [{"resources:FPGA": "1"}]}])
     assert r.status_code in (201, 409), r.text
 
 
@@ -137,11 +147,16 @@ def bind(api, rp_uuid: str, hostname: str = HOST, profile: str = "inv") -> tuple
     assert r.status_code == 201, r.text
     (arq,) = r.json["arqs"]
     instance = str(uuid.uuid4())
-    r = api.patch("/v2/accelerator_requests", {arq["uuid"]: [
-        {"op": "add", "path": "/hostname", "value": hostname},
-        {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
-        {"op": "add", "path": "/instance_uuid", "value": instance},
-    ]})
+    r = api.patch(
+        "/v2/accelerator_requests",
+        {
+            arq["uuid"]: [
+                {"op": "add", "path": "/hostname", "value": hostname},
+                {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
+                {"op": "add", "path": "/instance_uuid", "value": instance},
+            ]
+        },
+    )
     assert r.status_code == 202, r.text
     return arq["uuid"], instance
 
@@ -151,11 +166,16 @@ def bind_fails(api, rp_uuid: str, hostname: str = HOST) -> str:
     ensure_profile(api)
     r = api.post("/v2/accelerator_requests", {"device_profile_name": "inv"})
     (arq,) = r.json["arqs"]
-    r = api.patch("/v2/accelerator_requests", {arq["uuid"]: [
-        {"op": "add", "path": "/hostname", "value": hostname},
-        {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
-        {"op": "add", "path": "/instance_uuid", "value": str(uuid.uuid4())},
-    ]})
+    r = api.patch(
+        "/v2/accelerator_requests",
+        {
+            arq["uuid"]: [
+                {"op": "add", "path": "/hostname", "value": hostname},
+                {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
+                {"op": "add", "path": "/instance_uuid", "value": str(uuid.uuid4())},
+            ]
+        },
+    )
     assert r.status_code == 409, r.text
     message = json.loads(r.json["error_message"])["faultstring"]
     assert api.get(f"/v2/accelerator_requests/{arq['uuid']}").json["state"] == "BindFailed"
@@ -173,6 +193,7 @@ def device_by_uuid(api, device_uuid: str) -> dict | None:
 
 # -- first snapshot, identity ------------------------------------------------------------
 
+
 def test_first_snapshot_creates_every_row(database):
     device = dataclasses.replace(fpga(ADDRESS, handles=4), firmware_version="1.2.3")
     body = snapshot(HOST, [device])
@@ -180,12 +201,11 @@ def test_first_snapshot_creates_every_row(database):
     assert (result.changed, result.created, result.updated, result.deleted) == (True, 1, 0, 0)
 
     (dev,) = rows(database, "devices")
-    identity = inventory.device_identity({"cpid_type": "PCI", "cpid_info": pci_cpid(ADDRESS)})
+    identity = device_identity({"cpid_type": "PCI", "cpid_info": pci_cpid(ADDRESS)})
     assert dev["hostname"] == HOST
     assert dev["identity"] == identity
     assert (dev["type"], dev["vendor"], dev["model"]) == ("FPGA", "0xABCD", "Fake FPGA")
-    assert (dev["status"], dev["presence"], dev["presence_reason"]) == ("enabled", "present",
-                                                                       None)
+    assert (dev["status"], dev["presence"], dev["presence_reason"]) == ("enabled", "present", None)
     assert (dev["driver_name"], dev["pci_address"], dev["numa_node"]) == ("fake", ADDRESS, 0)
     assert dev["firmware_version"] == "1.2.3"
     assert uuid.UUID(dev["uuid"])
@@ -198,21 +218,29 @@ def test_first_snapshot_creates_every_row(database):
     (dep,) = rows(database, "deployables")
     assert dep["device_id"] == dev["id"]
     assert (dep["name"], dep["num_accelerators"], dep["driver_name"]) == (
-        f"fake_{ADDRESS}", 4, "fake")
+        f"fake_{ADDRESS}",
+        4,
+        "fake",
+    )
     assert dep["rp_uuid"] == inventory.rp_uuid(HOST, identity, dep["name"])
 
     attributes = rows(database, "attributes")
     assert {(a["key"], a["value"], a["source"]) for a in attributes} == {
-        ("rc", "FPGA", "agent"), ("trait0", "CUSTOM_FAKE_DEVICE", "agent")}
+        ("rc", "FPGA", "agent"),
+        ("trait0", "CUSTOM_FAKE_DEVICE", "agent"),
+    }
     assert {a["deployable_id"] for a in attributes} == {dep["id"]}
 
     handles = rows(database, "attach_handles")
     assert len(handles) == 4
     for h in handles:
         assert (h["deployable_id"], h["cpid_id"], h["in_use"], h["attach_type"]) == (
-            dep["id"], cpid["id"], False, "TEST_PCI")
-    assert sorted(json.loads(h["attach_info"])["function"] for h in handles) == [
-        "0", "1", "2", "3"]
+            dep["id"],
+            cpid["id"],
+            False,
+            "TEST_PCI",
+        )
+    assert sorted(json.loads(h["attach_info"])["function"] for h in handles) == ["0", "1", "2", "3"]
     assert len({h["uuid"] for h in handles}) == 4
 
     (host,) = rows(database, "hosts")
@@ -225,8 +253,12 @@ def test_first_snapshot_creates_every_row(database):
 def test_first_snapshot_through_the_agent_api(api, database):
     body = snapshot(HOST, [fpga(ADDRESS, handles=2), fpga(SECOND, handles=3)])
     r = put(api, body)
-    assert r.json == {"hostname": HOST, "hash": body["hash"], "changed": True,
-                      "desired_state": r.json["desired_state"]}
+    assert r.json == {
+        "hostname": HOST,
+        "hash": body["hash"],
+        "changed": True,
+        "desired_state": r.json["desired_state"],
+    }
     devices = api.get("/v2/devices", version="2.4").json["devices"]
     assert sorted(d["pci_address"] for d in devices) == [ADDRESS, SECOND]
     assert {d["hostname"] for d in devices} == {HOST}
@@ -260,6 +292,7 @@ def test_rp_uuid_is_stable_across_rediscovery(database):
 
 # -- the unchanged hash costs nothing ------------------------------------------------------
 
+
 def test_unchanged_hash_writes_nothing(api, database):
     body = snapshot(HOST, [fpga(ADDRESS)])
     with writes(database) as first:
@@ -283,6 +316,7 @@ def test_unchanged_hash_writes_nothing(api, database):
 
 # -- changes -----------------------------------------------------------------------------
 
+
 def test_changed_fields_are_applied_in_place(api, database):
     device = fpga(ADDRESS, handles=16)
     apply(database, snapshot(HOST, [device]))
@@ -293,24 +327,34 @@ def test_changed_fields_are_applied_in_place(api, database):
 
     changed = with_deployable(
         dataclasses.replace(device, firmware_version="2.0"),
-        num_accelerators=8, traits=("CUSTOM_NEW", "CUSTOM_EXTRA"))
+        num_accelerators=8,
+        traits=("CUSTOM_NEW", "CUSTOM_EXTRA"),
+    )
     result = apply(database, snapshot(HOST, [changed]))
     assert (result.created, result.updated, result.deleted) == (0, 2, 0)
 
     (dev,) = rows(database, "devices")
     (dep,) = rows(database, "deployables")
-    assert (dev["id"], dev["uuid"], dev["firmware_version"]) == (dev_before["id"],
-                                                                 dev_before["uuid"], "2.0")
+    assert (dev["id"], dev["uuid"], dev["firmware_version"]) == (
+        dev_before["id"],
+        dev_before["uuid"],
+        "2.0",
+    )
     assert dev["updated_at"] is not None
     assert (dep["id"], dep["rp_uuid"], dep["num_accelerators"]) == (
-        dep_before["id"], dep_before["rp_uuid"], 8)
+        dep_before["id"],
+        dep_before["rp_uuid"],
+        8,
+    )
     attributes = {a["key"]: a for a in rows(database, "attributes")}
     assert {k: a["value"] for k, a in attributes.items()} == {
-        "rc": "FPGA", "trait0": "CUSTOM_NEW", "trait1": "CUSTOM_EXTRA"}
+        "rc": "FPGA",
+        "trait0": "CUSTOM_NEW",
+        "trait1": "CUSTOM_EXTRA",
+    }
     assert attributes["trait0"]["uuid"] == trait_before["uuid"]  # updated, not replaced
     # The handles did not change: the very same rows.
-    assert {h["attach_info"]: h["uuid"] for h in rows(database, "attach_handles")} == \
-        handles_before
+    assert {h["attach_info"]: h["uuid"] for h in rows(database, "attach_handles")} == handles_before
 
     # A trait the agent no longer reports goes.
     apply(database, snapshot(HOST, [with_deployable(changed, traits=())]))
@@ -362,6 +406,7 @@ def test_removed_device_is_deleted_with_all_its_rows(api, database):
 
 # -- a device gone while held ------------------------------------------------------------
 
+
 @pytest.mark.parametrize("release", ["delete", "unbind"])
 def test_device_gone_while_held_is_lost_until_released(api, database, release):
     device = fpga(ADDRESS, handles=2)
@@ -386,15 +431,21 @@ def test_device_gone_while_held_is_lost_until_released(api, database, release):
 
     # Reported missing again (another hash): still lost, nothing else changes.
     tree = device_tree(database, dev["id"])
-    apply(database, rehash(snapshot(HOST, [fpga(SECOND, handles=1)])
-                           | {"driver_errors": [{"driver": "x", "error": "y"}]}))
+    apply(
+        database,
+        rehash(
+            snapshot(HOST, [fpga(SECOND, handles=1)])
+            | {"driver_errors": [{"driver": "x", "error": "y"}]}
+        ),
+    )
     assert device_tree(database, dev["id"]) == tree
 
     if release == "delete":
         assert api.delete(f"/v2/accelerator_requests/{arq_uuid}").status_code == 204
     else:
-        r = api.patch("/v2/accelerator_requests",
-                      {arq_uuid: [{"op": "remove", "path": "/instance_uuid"}]})
+        r = api.patch(
+            "/v2/accelerator_requests", {arq_uuid: [{"op": "remove", "path": "/instance_uuid"}]}
+        )
         assert r.status_code == 202, r.text
         assert api.get(f"/v2/accelerator_requests/{arq_uuid}").json["state"] == "Unbound"
     assert device_by_uuid(api, dev["uuid"]) is None
@@ -441,8 +492,10 @@ def test_held_handle_removed_from_the_report_is_not_offered_again(api, database)
     held_info = json.dumps(held, sort_keys=True, separators=(",", ":"))
     device = fpga(ADDRESS, handles=2)
     (deployable,) = device.deployables
-    without = with_deployable(device, attach_handles=tuple(
-        h for h in deployable.attach_handles if dict(h.attach_info) != held))
+    without = with_deployable(
+        device,
+        attach_handles=tuple(h for h in deployable.attach_handles if dict(h.attach_info) != held),
+    )
     apply(database, snapshot(HOST, [without]))
 
     (kept,) = rows(database, "attach_handles", attach_info=held_info)
@@ -466,7 +519,8 @@ def test_held_handle_back_in_the_report_before_release_is_kept(api, database):
     held = api.get(f"/v2/accelerator_requests/{arq_uuid}").json["attach_handle_uuid"]
     apply(database, snapshot(HOST, [fpga(ADDRESS, handles=0)]))
     assert [(h["uuid"], h["presence"]) for h in rows(database, "attach_handles")] == [
-        (held, "lost")]
+        (held, "lost")
+    ]
 
     apply(database, full)
     handles = {h["uuid"]: h for h in rows(database, "attach_handles")}
@@ -489,14 +543,14 @@ def test_deployable_gone_while_held_keeps_only_the_held_handle(api, database):
 
     result = apply(database, snapshot(HOST, [device]))
     assert (result.deleted, result.lost) == (0, 0)
-    assert [(h["uuid"], h["presence"], h["in_use"])
-            for h in rows(database, "attach_handles", deployable_id=dep["id"])] == [
-        (held, "lost", True)]
+    assert [
+        (h["uuid"], h["presence"], h["in_use"])
+        for h in rows(database, "attach_handles", deployable_id=dep["id"])
+    ] == [(held, "lost", True)]
     assert "no free attach handle" in bind_fails(api, dep["rp_uuid"])
     assert api.get(f"/v2/accelerator_requests/{arq_uuid}").json["state"] == "Bound"
 
-    r = api.patch("/v2/accelerator_requests",
-                  {arq_uuid: [{"op": "remove", "path": "/hostname"}]})
+    r = api.patch("/v2/accelerator_requests", {arq_uuid: [{"op": "remove", "path": "/hostname"}]})
     assert r.status_code == 202, r.text
     assert not rows(database, "attach_handles", deployable_id=dep["id"])
     assert "no free attach handle" in bind_fails(api, dep["rp_uuid"])
@@ -509,11 +563,11 @@ def test_deployable_gone_while_held_keeps_only_the_held_handle(api, database):
 
 # -- operators' attributes, refused snapshots, hosts -------------------------------------
 
+
 def test_attribute_created_through_the_api_survives_snapshots(api, database):
     apply(database, snapshot(HOST, [fpga(ADDRESS)]))
     (dep,) = rows(database, "deployables")
-    r = api.post("/v2/attributes", {"deployable_id": dep["id"], "key": "rc",
-                                    "value": "operator"})
+    r = api.post("/v2/attributes", {"deployable_id": dep["id"], "key": "rc", "value": "operator"})
     assert r.status_code == 201, r.text
     mine = r.json["uuid"]
 
@@ -542,10 +596,38 @@ def test_refused_snapshot_writes_nothing(api, database, breakage):
         r = put(api, bad, expect=400)
     assert seen == []
     assert json.loads(r.json["error_message"])["code"] in (
-        "exosuit.body.invalid", "exosuit.inventory.hash")
+        "exosuit.body.invalid",
+        "exosuit.inventory.hash",
+    )
     assert everything(database) == state
     (host,) = rows(database, "hosts")
     assert host["snapshot_hash"] == body["hash"]
+
+
+def _twice_named(device):
+    """``device`` with a second deployable of the same name (other attach handles)."""
+    (first,) = device.deployables
+    second = dataclasses.replace(first, attach_handles=first.attach_handles[:1])
+    return dataclasses.replace(device, deployables=(first, second))
+
+
+@pytest.mark.parametrize("known", [False, True], ids=["new device", "known device"])
+def test_two_deployables_with_one_name_in_a_device_are_refused(api, database, known):
+    """Regression (issue 14): the second insert broke uq_deployables_device_name, a 500."""
+    if known:
+        put(api, snapshot(HOST, [fpga(ADDRESS)]))
+    state = everything(database)
+    bad = snapshot(HOST, [fpga(SECOND), _twice_named(fpga(ADDRESS, name="twice"))])
+    with writes(database) as seen:
+        r = put(api, bad, expect=400)
+    assert seen == []
+    fault = json.loads(r.json["error_message"])
+    assert fault["code"] == "exosuit.inventory.invalid"
+    assert f"({ADDRESS}): two deployables are named 'twice'" in fault["faultstring"]
+    assert everything(database) == state
+    # The same devices with distinct names are applied.
+    put(api, snapshot(HOST, [fpga(SECOND), fpga(ADDRESS, name="twice")]))
+    assert len(rows(database, "deployables")) == 2
 
 
 def test_snapshot_for_one_host_never_touches_another(api, database):
@@ -558,8 +640,7 @@ def test_snapshot_for_one_host_never_touches_another(api, database):
     (their_host,) = rows(database, "hosts", hostname=OTHER_HOST)
 
     apply(database, snapshot(HOST, [fpga(ADDRESS, handles=4)]))
-    apply(database, snapshot(HOST, [with_deployable(fpga(ADDRESS, handles=3),
-                                                    num_accelerators=1)]))
+    apply(database, snapshot(HOST, [with_deployable(fpga(ADDRESS, handles=3), num_accelerators=1)]))
     apply(database, snapshot(HOST, []))
     put(api, snapshot(HOST, [fpga(ADDRESS, handles=1)]))
     put(api, snapshot(HOST, []))
@@ -574,17 +655,25 @@ def test_snapshot_for_one_host_never_touches_another(api, database):
     assert device_tree(database, theirs["id"]) == tree
 
 
-def test_concurrent_reports_of_one_host_are_applied_one_at_a_time(database):
+@pytest.mark.parametrize("expect_new", [False, True], ids=["looked-for", "inserted-first"])
+def test_concurrent_reports_of_one_host_are_applied_one_at_a_time(database, expect_new):
     """Eight reports of one host at once (an agent restarted, a retry crossing the
     original): each is applied whole, one after another, so nothing is inserted twice
-    and the host ends as the last one applied says."""
+    and the host ends as the last one applied says. ``expect_new``: as the API applies
+    them when it found no row of the host (each tries to insert it first)."""
+
     def reports(base: int, extra: int) -> list[dict]:
         # num_accelerators stays 1: no row the reports would all update anyway.
-        return [snapshot(HOST, [with_deployable(fpga(ADDRESS, handles=base + n),
-                                                num_accelerators=1),
-                                with_deployable(fpga(SECOND, handles=extra),
-                                                num_accelerators=1)])
-                for n in range(1, 9)]
+        return [
+            snapshot(
+                HOST,
+                [
+                    with_deployable(fpga(ADDRESS, handles=base + n), num_accelerators=1),
+                    with_deployable(fpga(SECOND, handles=extra), num_accelerators=1),
+                ],
+            )
+            for n in range(1, 9)
+        ]
 
     # A new host, then a known one whose every report adds handles.
     for phase, bodies in enumerate((reports(0, 1), reports(40, 2))):
@@ -594,7 +683,7 @@ def test_concurrent_reports_of_one_host_are_applied_one_at_a_time(database):
         def report(body: dict, barrier=barrier, errors=errors) -> None:
             barrier.wait()
             try:
-                apply(database, body)
+                apply(database, body, expect_new=expect_new)
             except Exception as error:  # reported below
                 errors.append(error)
 
@@ -607,8 +696,9 @@ def test_concurrent_reports_of_one_host_are_applied_one_at_a_time(database):
 
         (host,) = rows(database, "hosts")
         (last,) = [b for b in bodies if b["hash"] == host["snapshot_hash"]]
-        expected = {d["pci_address"]: len(d["deployables"][0]["attach_handles"])
-                    for d in last["devices"]}
+        expected = {
+            d["pci_address"]: len(d["deployables"][0]["attach_handles"]) for d in last["devices"]
+        }
         devices = rows(database, "devices")
         assert sorted(d["pci_address"] for d in devices) == [ADDRESS, SECOND], phase
         assert len(rows(database, "deployables")) == 2
@@ -649,3 +739,26 @@ def test_lost_device_goes_when_its_last_holders_are_released_at_once(api, databa
         assert statuses == [204, 204], attempt
         assert device_by_uuid(api, dev["uuid"]) is None, attempt
         assert {t: len(rows(database, t)) for t in TABLES} == dict.fromkeys(TABLES, 0)
+
+
+def test_a_changed_report_costs_the_same_statements_whatever_the_devices(database):
+    """A report that changes one device of a known host reads what the host's devices
+    hold in a fixed number of statements (issue 16), not a few per device and deployable:
+    a host of 2 devices and one of 8 cost the same."""
+    from tests.db.test_unchanged_reports import statements
+
+    counts = {}
+    for count in (2, 8):
+        host = f"{HOST}-{count}"
+        addresses = [f"0000:{0x10 + i:02x}:00.0" for i in range(count)]
+        devices = [fpga(a, handles=4) for a in addresses]
+        apply(database, snapshot(host, devices), hostname=host)
+        devices[0] = dataclasses.replace(devices[0], firmware_version="2.0")
+        with statements(database) as seen:
+            assert apply(database, snapshot(host, devices), hostname=host).updated == 1
+        counts[count] = len([s for s in seen if not s.lstrip().upper().startswith("BEGIN")])
+        (changed,) = rows(database, "devices", hostname=host, pci_address=addresses[0])
+        assert changed["firmware_version"] == "2.0"
+    assert counts[2] == counts[8] <= 12, counts
+    assert len(rows(database, "attach_handles")) == 4 * (2 + 8)
+    assert_no_orphans(database)

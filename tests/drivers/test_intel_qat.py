@@ -1,4 +1,4 @@
-"""The intel_qat driver against recorded sysfs trees.
+"""The intel_qat driver against hand-written sysfs trees (their READMEs say what they hold).
 
 tests/fixtures/intel-qat-host: a Sapphire Rapids host with the in-tree qat_4xxx driver,
 PF 0000:6b:00.0 (up, "sym;dc", 4 VFs on vfio-pci), PF 0000:70:00.0 (down, "asym;dc",
@@ -43,13 +43,31 @@ def deployable(host: str, bus: str, device: str, function: str, *traits: str) ->
         "name": f"{host}_0000:{bus}:{device}.{function}",
         "num_accelerators": 1,
         "driver_name": "intel_qat",
-        "attributes": ([{"key": "rc", "value": "CUSTOM_QAT"}]
-                       + [{"key": f"trait{i}", "value": t} for i, t in enumerate(traits)]),
+        "attributes": (
+            [{"key": "rc", "value": "CUSTOM_QAT"}]
+            + [{"key": f"trait{i}", "value": t} for i, t in enumerate(traits)]
+        ),
         "attach_handles": [{"attach_type": "PCI", "attach_info": pci(bus, device, function)}],
     }
 
 
-def qat(bus, model, product_id, firmware, board, deployables) -> dict:
+def services(vfs: int, configured: str | None, up: bool = True) -> list[dict]:
+    """The qat services of a PF: sym, asym, dc (then any other configured word), enabled
+    when configured and up; ``configured`` None: a PF without qat/ (unknown)."""
+    words = (configured or "").split(";") if configured is not None else None
+    names = ["sym", "asym", "dc"] + [w for w in words or [] if w not in ("sym", "asym", "dc")]
+    found = []
+    for name in names:
+        if words is None:
+            enabled, said = up, "unknown"
+        else:
+            enabled, said = name in words and up, str(name in words).lower()
+        details = {"vfs": str(vfs if enabled else 0), "configured": said}
+        found.append({"kind": "qat", "name": name, "enabled": enabled, "details": details})
+    return found
+
+
+def qat(bus, model, product_id, firmware, board, deployables, services) -> dict:
     return {
         "type": "QAT",
         "vendor": "0x8086",
@@ -62,6 +80,7 @@ def qat(bus, model, product_id, firmware, board, deployables) -> dict:
         "std_board_info": {"product_id": product_id},
         "vendor_board_info": board,
         "deployables": deployables,
+        "services": services,
     }
 
 
@@ -71,38 +90,80 @@ SYM_DC = ("OWNER_CYBORG", "CUSTOM_QAT_DC", "CUSTOM_QAT_SYM")
 def test_4xxx_host_gives_one_deployable_per_vf_and_the_pf_without_vfs_whole():
     assert discover() == {
         "0000:6b:00.0": qat(
-            "6b", "Intel QAT 4xxx", "0x4940", None,
-            {"kernel_driver": "4xxx", "state": "up", "cfg_services": "sym;dc",
-             "sriov_totalvfs": "16", "sriov_numvfs": "4", "vf_kernel_drivers": "vfio-pci"},
-            [deployable("qat-1", "6b", "00", str(fn), *SYM_DC) for fn in range(1, 5)]),
+            "6b",
+            "Intel QAT 4xxx",
+            "0x4940",
+            None,
+            {
+                "kernel_driver": "4xxx",
+                "state": "up",
+                "cfg_services": "sym;dc",
+                "sriov_totalvfs": "16",
+                "sriov_numvfs": "4",
+                "vf_kernel_drivers": "vfio-pci",
+            },
+            [deployable("qat-1", "6b", "00", str(fn), *SYM_DC) for fn in range(1, 5)],
+            services(4, "sym;dc"),
+        ),
         "0000:70:00.0": qat(
-            "70", "Intel QAT 4xxx", "0x4940", None,
-            {"kernel_driver": "4xxx", "state": "down", "cfg_services": "asym;dc",
-             "sriov_totalvfs": "16", "sriov_numvfs": "0"},
-            [deployable("qat-1", "70", "00", "0",
-                        "OWNER_CYBORG", "CUSTOM_QAT_ASYM", "CUSTOM_QAT_DC")]),
+            "70",
+            "Intel QAT 4xxx",
+            "0x4940",
+            None,
+            {
+                "kernel_driver": "4xxx",
+                "state": "down",
+                "cfg_services": "asym;dc",
+                "sriov_totalvfs": "16",
+                "sriov_numvfs": "0",
+            },
+            [
+                deployable(
+                    "qat-1", "70", "00", "0", "OWNER_CYBORG", "CUSTOM_QAT_ASYM", "CUSTOM_QAT_DC"
+                )
+            ],
+            services(0, "asym;dc", up=False),
+        ),
     }
 
 
 def test_c62x_host_without_cfg_services_has_no_service_traits_and_has_firmware():
     assert discover(C62X_HOST, "qat-2") == {
         "0000:3d:00.0": qat(
-            "3d", "Intel QAT c6xx", "0x37c8", "4.14.0",
-            {"kernel_driver": "c6xx", "sriov_totalvfs": "16", "sriov_numvfs": "2",
-             "vf_kernel_drivers": "c6xxvf,vfio-pci"},
-            [deployable("qat-2", "3d", "01", "0", "OWNER_CYBORG"),
-             deployable("qat-2", "3d", "01", "1", "OWNER_CYBORG")]),
+            "3d",
+            "Intel QAT c6xx",
+            "0x37c8",
+            "4.14.0",
+            {
+                "kernel_driver": "c6xx",
+                "sriov_totalvfs": "16",
+                "sriov_numvfs": "2",
+                "vf_kernel_drivers": "c6xxvf,vfio-pci",
+            },
+            [
+                deployable("qat-2", "3d", "01", "0", "OWNER_CYBORG"),
+                deployable("qat-2", "3d", "01", "1", "OWNER_CYBORG"),
+            ],
+            services(2, None),
+        ),
         "0000:3f:00.0": qat(
-            "3f", "Intel QAT c6xx", "0x37c8", "4.14.0",
+            "3f",
+            "Intel QAT c6xx",
+            "0x37c8",
+            "4.14.0",
             {"kernel_driver": "c6xx", "sriov_totalvfs": "16", "sriov_numvfs": "0"},
-            [deployable("qat-2", "3f", "00", "0", "OWNER_CYBORG")]),
+            [deployable("qat-2", "3f", "00", "0", "OWNER_CYBORG")],
+            services(0, None),
+        ),
     }
 
 
 def test_vfs_are_never_devices_and_a_pf_with_vfs_is_not_offered_itself():
     found = discover()
-    handles = [h["attach_info"] for h in
-               (h for d in found["0000:6b:00.0"]["deployables"] for h in d["attach_handles"])]
+    handles = [
+        h["attach_info"]
+        for h in (h for d in found["0000:6b:00.0"]["deployables"] for h in d["attach_handles"])
+    ]
     assert pci("6b", "00", "0") not in handles
     for fn in range(1, 5):
         vf = f"0000:6b:00.{fn}"
@@ -115,13 +176,15 @@ def test_vfs_are_never_devices_and_a_pf_with_vfs_is_not_offered_itself():
 def test_services_follow_cfg_services(tmp_path):
     root = str(tmp_path / "host")
     shutil.copytree(HOST, root, symlinks=True)
-    with open(os.path.join(root, "sys/bus/pci/devices/0000:6b:00.0/qat/cfg_services"),
-              "w") as f:
+    with open(os.path.join(root, "sys/bus/pci/devices/0000:6b:00.0/qat/cfg_services"), "w") as f:
         f.write("asym\n")
     found = discover(root)
     for d in found["0000:6b:00.0"]["deployables"]:
         assert [a["value"] for a in d["attributes"]] == [
-            "CUSTOM_QAT", "OWNER_CYBORG", "CUSTOM_QAT_ASYM"]
+            "CUSTOM_QAT",
+            "OWNER_CYBORG",
+            "CUSTOM_QAT_ASYM",
+        ]
     assert found["0000:6b:00.0"]["vendor_board_info"]["cfg_services"] == "asym"
 
 
@@ -135,18 +198,22 @@ def test_disabling_sriov_turns_the_vfs_back_into_the_pf(tmp_path):
     with open(os.path.join(pf, "sriov_numvfs"), "w") as f:
         f.write("0\n")
     assert discover(root)["0000:6b:00.0"]["deployables"] == [
-        deployable("qat-1", "6b", "00", "0", *SYM_DC)]
+        deployable("qat-1", "6b", "00", "0", *SYM_DC)
+    ]
 
 
-@pytest.mark.parametrize("cfg_services, traits", [
-    ("sym;asym", ("CUSTOM_QAT_ASYM", "CUSTOM_QAT_SYM")),
-    ("dc", ("CUSTOM_QAT_DC",)),
-    ("dcc", ("CUSTOM_QAT_DCC",)),
-    ("sym;asym;decomp", ("CUSTOM_QAT_ASYM", "CUSTOM_QAT_DECOMP", "CUSTOM_QAT_SYM")),
-    ("cy;dc", ("CUSTOM_QAT_ASYM", "CUSTOM_QAT_DC", "CUSTOM_QAT_SYM")),
-    ("", ()),
-    (None, ()),
-])
+@pytest.mark.parametrize(
+    "cfg_services, traits",
+    [
+        ("sym;asym", ("CUSTOM_QAT_ASYM", "CUSTOM_QAT_SYM")),
+        ("dc", ("CUSTOM_QAT_DC",)),
+        ("dcc", ("CUSTOM_QAT_DCC",)),
+        ("sym;asym;decomp", ("CUSTOM_QAT_ASYM", "CUSTOM_QAT_DECOMP", "CUSTOM_QAT_SYM")),
+        ("cy;dc", ("CUSTOM_QAT_ASYM", "CUSTOM_QAT_DC", "CUSTOM_QAT_SYM")),
+        ("", ()),
+        (None, ()),
+    ],
+)
 def test_service_traits(cfg_services, traits):
     assert service_traits(cfg_services) == traits
 
@@ -154,9 +221,15 @@ def test_service_traits(cfg_services, traits):
 def test_generations_pair_each_pf_with_its_vf_id():
     ids = [(g.name, g.pf_id, g.vf_id) for g in QAT_GENERATIONS]
     assert ids == [
-        ("dh895xcc", "0435", "0443"), ("c6xx", "37c8", "37c9"), ("c3xxx", "19e2", "19e3"),
-        ("4xxx", "4940", "4941"), ("401xx", "4942", "4943"), ("402xx", "4944", "4945"),
-        ("420xx", "4946", "4947"), ("6xxx", "4948", "4949")]
+        ("dh895xcc", "0435", "0443"),
+        ("c6xx", "37c8", "37c9"),
+        ("c3xxx", "19e2", "19e3"),
+        ("4xxx", "4940", "4941"),
+        ("401xx", "4942", "4943"),
+        ("402xx", "4944", "4945"),
+        ("420xx", "4946", "4947"),
+        ("6xxx", "4948", "4949"),
+    ]
 
 
 def test_a_host_without_qat_gives_nothing():
@@ -174,8 +247,9 @@ def test_snapshot_from_the_entry_point_matches_the_schema_with_valid_traits():
     for device in snapshot["devices"]:
         for d in device["deployables"]:
             for attribute in d["attributes"][1:]:
-                assert (attribute["value"] in standard
-                        or re.fullmatch(r"CUSTOM_[A-Z0-9_]+", attribute["value"]))
+                assert attribute["value"] in standard or re.fullmatch(
+                    r"CUSTOM_[A-Z0-9_]+", attribute["value"]
+                )
 
 
 def test_discovery_is_repeatable():

@@ -12,7 +12,7 @@ import pytest
 from exosuit import schemas
 from exosuit.agent.snapshot import build_snapshot
 from exosuit.conf import driver_settings, make_conf
-from exosuit.drivers import DriverContext, load_driver
+from exosuit.drivers import DriverContext, RecordedRunner, load_driver
 from exosuit.drivers.nvme import HostBlockUsage, NvmeDriver, nvme_controllers
 from exosuit.drivers.sysfs import Sysfs
 from tests.conftest import require
@@ -30,9 +30,29 @@ def cpid(bus: str) -> dict:
     return {"domain": "0000", "bus": bus, "device": "00", "function": "0"}
 
 
-def drive(bus, numa, vendor, product_id, model, firmware, serial, subsystem, revision,
-          vendor_trait):
+def drive(
+    bus,
+    numa,
+    vendor,
+    product_id,
+    model,
+    firmware,
+    serial,
+    subsystem,
+    revision,
+    vendor_trait,
+    namespace=None,
+):
+    """``namespace``: (its block device, its size in 512-byte sectors), its one service."""
+    body = {}
+    if namespace:
+        name, sectors = namespace
+        details = {"capacity_bytes": str(sectors * 512)}
+        body["services"] = [
+            {"kind": "nvme_namespace", "name": name, "enabled": True, "details": details}
+        ]
     return {
+        **body,
         "type": "SSD",
         "vendor": vendor,
         "model": model,
@@ -42,37 +62,86 @@ def drive(bus, numa, vendor, product_id, model, firmware, serial, subsystem, rev
         "numa_node": numa,
         "firmware_version": firmware,
         "std_board_info": {
-            "vendor_id": vendor, "product_id": product_id, "class": "010802",
+            "vendor_id": vendor,
+            "product_id": product_id,
+            "class": "010802",
             "controller": "Non-Volatile memory controller",
-            "subsystem_vendor_id": subsystem[0], "subsystem_device_id": subsystem[1],
+            "subsystem_vendor_id": subsystem[0],
+            "subsystem_device_id": subsystem[1],
             "revision": revision,
         },
         "vendor_board_info": {"serial": serial} if serial else {},
-        "deployables": [{
-            "name": f"compute-3_0000:{bus}:00.0",
-            "num_accelerators": 1,
-            "driver_name": "nvme",
-            "attributes": [
-                {"key": "rc", "value": "CUSTOM_SSD"},
-                {"key": "trait0", "value": f"CUSTOM_SSD_{vendor_trait}"},
-                {"key": "trait1", "value": f"CUSTOM_SSD_PRODUCT_ID_{product_id.upper()}"},
-            ],
-            "attach_handles": [{"attach_type": "PCI", "attach_info": cpid(bus)}],
-        }],
+        "deployables": [
+            {
+                "name": f"compute-3_0000:{bus}:00.0",
+                "num_accelerators": 1,
+                "driver_name": "nvme",
+                "attributes": [
+                    {"key": "rc", "value": "CUSTOM_SSD"},
+                    {"key": "trait0", "value": f"CUSTOM_SSD_{vendor_trait}"},
+                    {"key": "trait1", "value": f"CUSTOM_SSD_PRODUCT_ID_{product_id.upper()}"},
+                ],
+                "attach_handles": [{"attach_type": "PCI", "attach_info": cpid(bus)}],
+            }
+        ],
     }
 
 
-SAMSUNG_BOOT = drive("02", 0, "144d", "a80a", "SAMSUNG MZQL2960HCJR-00A07", "GDC5602Q",
-                     "S64FNE0R700001", ("144d", "a813"), "00", "SAMSUNG")
-INTEL_FREE = drive("04", 0, "8086", "0b60", "INTEL SSDPF2KX038TZ", "JCV10100",
-                   "PHAX2100000A3P8CGN", ("8086", "8008"), "00", "INTEL")
-KIOXIA_SWAP = drive("5e", 0, "1e0f", "0007", "KCM61VUL3T20", "0105", "X0S0A00ATD0A",
-                    ("1e0f", "0001"), "01", "1E0F")
-MICRON_LVM = drive("5f", 0, "1344", "51c3", "Micron_7450_MTFDKCC3T8TFR", "E2MU200",
-                   "22203A000001", ("1344", "2100"), "01", "1344")
-# Bound to vfio-pci: no nvme controller, so no model, serial or firmware from the kernel.
-MICRON_VFIO = drive("d8", 1, "1344", "51c3", "51c3", None, None, ("1344", "2100"), "01",
-                    "1344")
+SAMSUNG_BOOT = drive(
+    "02",
+    0,
+    "144d",
+    "a80a",
+    "SAMSUNG MZQL2960HCJR-00A07",
+    "GDC5602Q",
+    "S64FNE0R700001",
+    ("144d", "a813"),
+    "00",
+    "SAMSUNG",
+    ("nvme0n1", 1875385008),  # 960 GB
+)
+INTEL_FREE = drive(
+    "04",
+    0,
+    "8086",
+    "0b60",
+    "INTEL SSDPF2KX038TZ",
+    "JCV10100",
+    "PHAX2100000A3P8CGN",
+    ("8086", "8008"),
+    "00",
+    "INTEL",
+    ("nvme1n1", 7501476528),  # 3.84 TB
+)
+KIOXIA_SWAP = drive(
+    "5e",
+    0,
+    "1e0f",
+    "0007",
+    "KCM61VUL3T20",
+    "0105",
+    "X0S0A00ATD0A",
+    ("1e0f", "0001"),
+    "01",
+    "1E0F",
+    ("nvme2n1", 6251233968),  # the multipath head: 3.2 TB
+)
+MICRON_LVM = drive(
+    "5f",
+    0,
+    "1344",
+    "51c3",
+    "Micron_7450_MTFDKCC3T8TFR",
+    "E2MU200",
+    "22203A000001",
+    ("1344", "2100"),
+    "01",
+    "1344",
+    ("nvme3n1", 7501476528),
+)
+# Bound to vfio-pci: no nvme controller, so no model, serial, firmware or namespace from
+# the kernel.
+MICRON_VFIO = drive("d8", 1, "1344", "51c3", "51c3", None, None, ("1344", "2100"), "01", "1344")
 
 
 def test_by_default_only_drives_the_host_does_not_use_are_offered():
@@ -81,21 +150,33 @@ def test_by_default_only_drives_the_host_does_not_use_are_offered():
 
 def test_without_the_safety_every_nvme_controller_is_offered_and_nothing_else():
     # Not the SATA controller, the USB controller, the T4, the NIC, the VGA console.
-    assert discover(skip_host_disks=False) == [SAMSUNG_BOOT, INTEL_FREE, KIOXIA_SWAP,
-                                               MICRON_LVM, MICRON_VFIO]
+    assert discover(skip_host_disks=False) == [
+        SAMSUNG_BOOT,
+        INTEL_FREE,
+        KIOXIA_SWAP,
+        MICRON_LVM,
+        MICRON_VFIO,
+    ]
 
 
 def test_excluded_addresses_are_never_offered():
     assert discover(excluded_addresses=["0000:04:00.0"]) == [MICRON_VFIO]
     assert discover(skip_host_disks=False, excluded_addresses=["0000:D8:00.0"]) == [
-        SAMSUNG_BOOT, INTEL_FREE, KIOXIA_SWAP, MICRON_LVM]
+        SAMSUNG_BOOT,
+        INTEL_FREE,
+        KIOXIA_SWAP,
+        MICRON_LVM,
+    ]
     with pytest.raises(ValueError, match="not PCI addresses: 3b:00.0"):
         discover(excluded_addresses=["3b:00.0"])
 
 
 USES = {
-    "nvme0n1": ["nvme0n1p1 mounted at /boot/efi", "nvme0n1p2 mounted at /boot",
-                "nvme0n1p3 held by dm-0"],
+    "nvme0n1": [
+        "nvme0n1p1 mounted at /boot/efi",
+        "nvme0n1p2 mounted at /boot",
+        "nvme0n1p3 held by dm-0",
+    ],
     "nvme1n1": [],
     "nvme2n1": ["nvme2n1 swap"],
     "nvme3n1": ["nvme3n1 held by dm-1"],
@@ -120,6 +201,25 @@ def test_controllers_map_pci_addresses_to_namespaces_including_multipath_heads()
     assert controllers["0000:04:00.0"].model == "INTEL SSDPF2KX038TZ"
 
 
+def test_a_namespace_of_unknown_or_no_size_is_listed_as_such(tmp_path):
+    root = copy_host(tmp_path)
+    size = os.path.join(root, "sys", "class", "block", "nvme1n1", "size")
+    with open(size, "w") as f:
+        f.write("0\n")
+    (found,) = [d for d in discover(root) if d["pci_address"] == "0000:04:00.0"]
+    assert found["services"] == [
+        {
+            "kind": "nvme_namespace",
+            "name": "nvme1n1",
+            "enabled": False,
+            "details": {"capacity_bytes": "0"},
+        }
+    ]
+    os.remove(size)
+    (found,) = [d for d in discover(root) if d["pci_address"] == "0000:04:00.0"]
+    assert found["services"][0]["details"] == {}
+
+
 def copy_host(tmp_path) -> str:
     root = str(tmp_path / "host")
     shutil.copytree(HOST, root, symlinks=True)
@@ -132,7 +232,8 @@ def test_without_a_readable_mount_table_drives_with_namespaces_count_as_used(tmp
     # Only the drive the host cannot have mounted (vfio-pci) is offered.
     assert discover(root) == [MICRON_VFIO]
     assert HostBlockUsage(Sysfs(root)).reasons("nvme1n1") == [
-        "nvme1n1 may be mounted (the mount table is unreadable)"]
+        "nvme1n1 may be mounted (the mount table is unreadable)"
+    ]
     assert discover(root, skip_host_disks=False)[1] == INTEL_FREE
 
 
@@ -141,8 +242,7 @@ def test_a_mount_is_found_by_device_number_or_by_source_and_unescaped(tmp_path):
     with open(os.path.join(root, "proc", "self", "mountinfo"), "a") as f:
         # btrfs reports an anonymous device number: only the source names the drive.
         f.write("40 22 0:51 / /srv/my\\040data rw - btrfs /dev/nvme1n1p1 rw\n")
-    assert HostBlockUsage(Sysfs(root)).reasons("nvme1n1") == [
-        "nvme1n1p1 mounted at /srv/my data"]
+    assert HostBlockUsage(Sysfs(root)).reasons("nvme1n1") == ["nvme1n1p1 mounted at /srv/my data"]
     assert discover(root) == [MICRON_VFIO]
 
 
@@ -150,11 +250,26 @@ def test_options_come_from_the_nvme_group_and_the_snapshot_matches_the_schema(tm
     config = tmp_path / "exosuit.conf"
     config.write_text("[nvme]\nskip_host_disks = false\nexcluded_addresses = 0000:02:00.0\n")
     settings = driver_settings(make_conf([str(config)]), "nvme")
-    assert settings == {"skip_host_disks": False, "excluded_addresses": ["0000:02:00.0"]}
-    context = DriverContext(hostname="compute-3", sysfs_root=HOST, settings=settings)
+    assert settings == {
+        "skip_host_disks": False,
+        "excluded_addresses": ["0000:02:00.0"],
+        "smart_log": "nvme",
+    }
+    context = DriverContext(
+        hostname="compute-3", sysfs_root=HOST, settings=settings, runner=RecordedRunner({})
+    )
     snapshot = build_snapshot("compute-3", [load_driver("nvme", context)])
     jsonschema.validate(snapshot, schemas.inventory_schema())
-    assert snapshot["devices"] == [INTEL_FREE, KIOXIA_SWAP, MICRON_LVM, MICRON_VFIO]
+    # The snapshot names the plug-in that found each device (the agent adds it), and the
+    # health of those not ok: the Micron on vfio-pci trained its link at x2 of its x4
+    # (nvme-host).
+    degraded = {"state": "warning", "reason": "PCIe link x2, below its maximum x4"}
+    assert snapshot["devices"] == [
+        {**INTEL_FREE, "plugin": "nvme"},
+        {**KIOXIA_SWAP, "plugin": "nvme"},
+        {**MICRON_LVM, "plugin": "nvme"},
+        {**MICRON_VFIO, "plugin": "nvme", "health": degraded},
+    ]
 
 
 def test_other_hosts_have_no_nvme_drives():

@@ -41,8 +41,17 @@ def sysfs_part(root: str) -> dict:
 
 
 def discover_json(capsys, root: str, config: str, drivers=("pci", "nvme", "sriov_nic")) -> dict:
-    argv = ["discover", "--config-file", config, "--hostname", "compute-9", "--format", "json",
-            "--sysfs-root", root]
+    argv = [
+        "discover",
+        "--config-file",
+        config,
+        "--hostname",
+        "compute-9",
+        "--format",
+        "json",
+        "--sysfs-root",
+        root,
+    ]
     for name in drivers:
         argv += ["--driver", name]
     assert main(argv) == 0
@@ -60,8 +69,7 @@ def _vendors() -> dict[str, str]:
 
 
 @pytest.mark.parametrize("vendor", ["1af4", "*"], ids=["virtio", "every-function"])
-def test_discovering_a_recording_of_this_machine_gives_the_same_snapshot(
-        tmp_path, capsys, vendor):
+def test_discovering_a_recording_of_this_machine_gives_the_same_snapshot(tmp_path, capsys, vendor):
     expected = sorted(a for a, v in _vendors().items() if vendor in ("*", v))
     if not expected:
         pytest.skip(f"no PCI function of vendor {vendor} on this machine")
@@ -126,13 +134,20 @@ def _all_drivers(root: str) -> dict:
     drivers = []
     for name in SHIPPED:
         settings = {"device_spec": [EVERYTHING]} if name == "pci" else {}
-        drivers.append(load_driver(name, DriverContext(hostname="compute-9", sysfs_root=root,
-                                                       runner=runner, settings=settings)))
+        drivers.append(
+            load_driver(
+                name,
+                DriverContext(
+                    hostname="compute-9", sysfs_root=root, runner=runner, settings=settings
+                ),
+            )
+        )
     return build_snapshot("compute-9", drivers)
 
 
-FIXTURE_HOSTS = sorted(h for h in os.listdir(FIXTURES)
-                       if os.path.isdir(os.path.join(FIXTURES, h, "sys")))
+FIXTURE_HOSTS = sorted(
+    h for h in os.listdir(FIXTURES) if os.path.isdir(os.path.join(FIXTURES, h, "sys"))
+)
 
 
 @pytest.mark.parametrize("host", FIXTURE_HOSTS)
@@ -155,8 +170,12 @@ def test_record_refuses_a_non_empty_output_and_a_root_without_sys(tmp_path, caps
     output = tmp_path / "out"
     output.mkdir()
     (output / "keep").write_text("x")
-    assert main(["record", "--output", str(output), "--sysfs-root",
-                 os.path.join(FIXTURES, "nvme-host")]) == 2
+    assert (
+        main(
+            ["record", "--output", str(output), "--sysfs-root", os.path.join(FIXTURES, "nvme-host")]
+        )
+        == 2
+    )
     assert "exists and is not an empty directory" in capsys.readouterr().err
     assert (output / "keep").read_text() == "x"
     with pytest.raises(FileNotFoundError):
@@ -166,41 +185,86 @@ def test_record_refuses_a_non_empty_output_and_a_root_without_sys(tmp_path, caps
 def test_discover_on_a_fixture_runs_the_named_drivers_only(capsys, tmp_path):
     config = tmp_path / "exosuit.conf"
     config.write_text("[sriov_nic]\nphysical_device_mappings = physnet1:ens1f0\n")
-    snapshot = discover_json(capsys, os.path.join(FIXTURES, "sriov-nic-host"), str(config),
-                             drivers=("sriov_nic",))
+    snapshot = discover_json(
+        capsys, os.path.join(FIXTURES, "sriov-nic-host"), str(config), drivers=("sriov_nic",)
+    )
     assert [d["pci_address"] for d in snapshot["devices"]] == [
-        "0000:3b:00.0", "0000:5e:00.0", "0000:af:00.0"]
+        "0000:3b:00.0",
+        "0000:5e:00.0",
+        "0000:af:00.0",
+    ]
     assert {d["driver_name"] for d in snapshot["devices"]} == {"sriov_nic"}
-    assert main(["discover", "--config-file", str(config), "--hostname", "compute-9",
-                 "--sysfs-root", os.path.join(FIXTURES, "sriov-nic-host"),
-                 "--driver", "sriov_nic"]) == 0
+    assert (
+        main(
+            [
+                "discover",
+                "--config-file",
+                str(config),
+                "--hostname",
+                "compute-9",
+                "--sysfs-root",
+                os.path.join(FIXTURES, "sriov-nic-host"),
+                "--driver",
+                "sriov_nic",
+            ]
+        )
+        == 0
+    )
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["PCI", "ADDRESS", "TYPE", "VENDOR", "MODEL", "DRIVER", "RC",
-                                "ACCEL", "HANDLES", "DEPLOYABLE"]
-    rows = table[1:table.index("")]
+    assert table[0].split() == [
+        "PCI",
+        "ADDRESS",
+        "TYPE",
+        "VENDOR",
+        "MODEL",
+        "DRIVER",
+        "RC",
+        "ACCEL",
+        "HANDLES",
+        "DEPLOYABLE",
+    ]
+    rows = table[1 : table.index("")]
     assert len(rows) == 5  # one line per deployable
     assert rows[0].split()[:2] == ["0000:3b:00.0", "NIC"]
     assert {row.split()[4] for row in rows} == {"sriov_nic"}
-    assert table[-1] == (f"host compute-9: 3 device(s), 5 deployable(s) found by sriov_nic "
-                         f"under {os.path.join(FIXTURES, 'sriov-nic-host')}")
+    assert table[-1] == (
+        f"host compute-9: 3 device(s), 5 deployable(s) found by sriov_nic "
+        f"under {os.path.join(FIXTURES, 'sriov-nic-host')}"
+    )
 
 
 def test_discover_says_when_nothing_is_found_and_fails_when_a_driver_fails(capsys, tmp_path):
     empty = tmp_path / "empty"
     (empty / "sys" / "bus" / "pci" / "devices").mkdir(parents=True)
     (empty / "commands.json").write_text("{}")
-    assert main(["discover", "--hostname", "h", "--sysfs-root", str(empty),
-                 "--driver", "nvme"]) == 0
+    assert (
+        main(["discover", "--hostname", "h", "--sysfs-root", str(empty), "--driver", "nvme"]) == 0
+    )
     out = capsys.readouterr().out
     assert "host h: 0 device(s), 0 deployable(s) found by nvme" in out
     assert "no accelerator found" in out
 
     config = tmp_path / "bad.conf"
     config.write_text("[nvidia_gpu]\nvgpu_types = 0000:af:00.0=nvidia-999\n")
-    assert main(["discover", "--hostname", "h", "--config-file", str(config),
-                 "--sysfs-root", os.path.join(FIXTURES, "nvidia-gpu-host"),
-                 "--driver", "nvidia_gpu"]) == 1
+    assert (
+        main(
+            [
+                "discover",
+                "--hostname",
+                "h",
+                "--config-file",
+                str(config),
+                "--sysfs-root",
+                os.path.join(FIXTURES, "nvidia-gpu-host"),
+                "--driver",
+                "nvidia_gpu",
+            ]
+        )
+        == 1
+    )
     out = capsys.readouterr().out
-    assert "driver nvidia_gpu failed: InvalidVgpuConfig: [nvidia_gpu] vgpu_types: GPU " \
-           "0000:af:00.0 does not support vGPU type 'nvidia-999'" in out
+    assert (
+        "driver nvidia_gpu failed: InvalidVgpuConfig: [nvidia_gpu] vgpu_types: GPU "
+        "0000:af:00.0 does not support vGPU type 'nvidia-999'" in out
+    )
     assert "no accelerator found" not in out

@@ -135,21 +135,44 @@ class Keystone:
         owner = ["--keystone-user", user, "--keystone-group", group]
         # The schema and the two key repositories do not depend on each other.
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
-            list(pool.map(self._manage, [["db_sync"], ["fernet_setup", *owner],
-                                         ["credential_setup", *owner]]))
+            list(
+                pool.map(
+                    self._manage,
+                    [["db_sync"], ["fernet_setup", *owner], ["credential_setup", *owner]],
+                )
+            )
         with self._log.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", _SERVE, str(self.port)], env=self._env,
-                stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
+                [sys.executable, "-c", _SERVE, str(self.port)],
+                env=self._env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+            )
         # The server starts while bootstrap fills the database.
-        self._manage(["bootstrap", "--bootstrap-password", self.admin_password,
-                      "--bootstrap-region-id", REGION,
-                      "--bootstrap-public-url", self.auth_url,
-                      "--bootstrap-internal-url", self.auth_url])
+        self._manage(
+            [
+                "bootstrap",
+                "--bootstrap-password",
+                self.admin_password,
+                "--bootstrap-region-id",
+                REGION,
+                "--bootstrap-public-url",
+                self.auth_url,
+                "--bootstrap-internal-url",
+                self.auth_url,
+            ]
+        )
         self._wait_until_up()
-        self._admin = self.session(v3.Password(
-            auth_url=self.auth_url, username="admin", password=self.admin_password,
-            user_domain_id="default", system_scope="all"))
+        self._admin = self.session(
+            v3.Password(
+                auth_url=self.auth_url,
+                username="admin",
+                password=self.admin_password,
+                user_domain_id="default",
+                system_scope="all",
+            )
+        )
         self._populate()
         return self
 
@@ -192,11 +215,17 @@ password_hash_rounds = 4
         with self._log.open("ab") as log:
             result = subprocess.run(
                 [_script("keystone-manage"), "--config-file", str(self._config), *args],
-                env=self._env, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
-                timeout=180, check=False)
+                env=self._env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                timeout=180,
+                check=False,
+            )
         if result.returncode != 0:
-            raise KeystoneError(f"keystone-manage {args[0]} exited with {result.returncode}:\n"
-                                + self.log_tail())
+            raise KeystoneError(
+                f"keystone-manage {args[0]} exited with {result.returncode}:\n" + self.log_tail()
+            )
 
     def _wait_until_up(self) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT
@@ -214,34 +243,62 @@ password_hash_rounds = 4
     # -- identity data ------------------------------------------------------------------
 
     def _populate(self) -> None:
-        existing = {r["name"]: r["id"] for r in self.admin.get(
-            f"{self.auth_url}/roles").json()["roles"]}
+        existing = {
+            r["name"]: r["id"] for r in self.admin.get(f"{self.auth_url}/roles").json()["roles"]
+        }
         for name in ROLES:
             if name not in existing:
-                existing[name] = self.admin.post(f"{self.auth_url}/roles", json={
-                    "role": {"name": name}}).json()["role"]["id"]
+                existing[name] = self.admin.post(
+                    f"{self.auth_url}/roles", json={"role": {"name": name}}
+                ).json()["role"]["id"]
         self.roles = existing
         for name in PROJECTS:
-            self.projects[name] = self.admin.post(f"{self.auth_url}/projects", json={
-                "project": {"name": name, "domain_id": "default"}}).json()["project"]["id"]
+            self.projects[name] = self.admin.post(
+                f"{self.auth_url}/projects",
+                json={"project": {"name": name, "domain_id": "default"}},
+            ).json()["project"]["id"]
         for name, (project, role) in USERS.items():
             password = secrets.token_hex(8)
-            user_id = self.admin.post(f"{self.auth_url}/users", json={"user": {
-                "name": name, "password": password, "domain_id": "default",
-                "default_project_id": self.projects[project]}}).json()["user"]["id"]
-            self.admin.put(f"{self.auth_url}/projects/{self.projects[project]}/users/"
-                           f"{user_id}/roles/{self.roles[role]}")
-            self.users[name] = User(name, user_id, password, project, self.projects[project],
-                                    role)
+            user_id = self.admin.post(
+                f"{self.auth_url}/users",
+                json={
+                    "user": {
+                        "name": name,
+                        "password": password,
+                        "domain_id": "default",
+                        "default_project_id": self.projects[project],
+                    }
+                },
+            ).json()["user"]["id"]
+            self.admin.put(
+                f"{self.auth_url}/projects/{self.projects[project]}/users/"
+                f"{user_id}/roles/{self.roles[role]}"
+            )
+            self.users[name] = User(name, user_id, password, project, self.projects[project], role)
 
     def register_service(self, service_type: str, name: str, url: str) -> str:
-        """A catalog entry: the service and its public and internal endpoints."""
-        service = self.admin.post(f"{self.auth_url}/services", json={
-            "service": {"type": service_type, "name": name}}).json()["service"]
+        """The catalog entry of ``service_type``: the service and its public and internal
+        endpoints. It is the only one of its type: Keystone is shared by the whole run, and
+        an entry that an earlier module registered (its server stopped since) is removed, or
+        a client would be free to pick the dead one."""
+        existing = self.admin.get(f"{self.auth_url}/services?type={service_type}")
+        for old in existing.json()["services"]:
+            self.admin.delete(f"{self.auth_url}/services/{old['id']}")
+        service = self.admin.post(
+            f"{self.auth_url}/services", json={"service": {"type": service_type, "name": name}}
+        ).json()["service"]
         for interface in ("public", "internal"):
-            self.admin.post(f"{self.auth_url}/endpoints", json={"endpoint": {
-                "service_id": service["id"], "interface": interface, "url": url,
-                "region_id": REGION}})
+            self.admin.post(
+                f"{self.auth_url}/endpoints",
+                json={
+                    "endpoint": {
+                        "service_id": service["id"],
+                        "interface": interface,
+                        "url": url,
+                        "region_id": REGION,
+                    }
+                },
+            )
         return service["id"]
 
     # -- tokens -------------------------------------------------------------------------
@@ -259,8 +316,13 @@ password_hash_rounds = 4
         """The auth plugin of a user of USERS: scoped to its project, or to the system."""
         user = self.users[name]
         scope = {"system_scope": "all"} if system else {"project_id": user.project_id}
-        return v3.Password(auth_url=self.auth_url, username=name, password=user.password,
-                           user_domain_id="default", **scope)
+        return v3.Password(
+            auth_url=self.auth_url,
+            username=name,
+            password=user.password,
+            user_domain_id="default",
+            **scope,
+        )
 
     def token(self, name: str) -> str:
         """A new project-scoped token of a user of USERS."""
@@ -268,19 +330,23 @@ password_hash_rounds = 4
 
     def system_admin_token(self) -> str:
         """A new token of the bootstrap admin, scoped to the system (role admin)."""
-        return v3.Password(auth_url=self.auth_url, username="admin",
-                           password=self.admin_password, user_domain_id="default",
-                           system_scope="all").get_token(self._http)
+        return v3.Password(
+            auth_url=self.auth_url,
+            username="admin",
+            password=self.admin_password,
+            user_domain_id="default",
+            system_scope="all",
+        ).get_token(self._http)
 
     def revoke(self, token: str) -> None:
-        r = self.admin.delete(f"{self.auth_url}/auth/tokens",
-                              headers={"X-Subject-Token": token})
+        r = self.admin.delete(f"{self.auth_url}/auth/tokens", headers={"X-Subject-Token": token})
         assert r.status_code == 204, r.text
 
     def token_data(self, token: str) -> dict:
         """Keystone's own view of a token (its roles, implied ones included)."""
-        return self.admin.get(f"{self.auth_url}/auth/tokens",
-                              headers={"X-Subject-Token": token}).json()["token"]
+        return self.admin.get(
+            f"{self.auth_url}/auth/tokens", headers={"X-Subject-Token": token}
+        ).json()["token"]
 
     def short_lived_token(self, name: str, seconds: float) -> tuple[str, datetime.datetime]:
         """A token of user ``name`` that expires in ``seconds``, and its expiry.
@@ -294,13 +360,18 @@ password_hash_rounds = 4
         expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=seconds)
         credential = own.post(
             f"{self.auth_url}/users/{user.id}/application_credentials",
-            json={"application_credential": {
-                "name": f"short-{secrets.token_hex(4)}",
-                "expires_at": expires.strftime("%Y-%m-%dT%H:%M:%S.%f")}},
+            json={
+                "application_credential": {
+                    "name": f"short-{secrets.token_hex(4)}",
+                    "expires_at": expires.strftime("%Y-%m-%dT%H:%M:%S.%f"),
+                }
+            },
         ).json()["application_credential"]
         token = v3.ApplicationCredential(
-            auth_url=self.auth_url, application_credential_id=credential["id"],
-            application_credential_secret=credential["secret"]).get_token(self._http)
+            auth_url=self.auth_url,
+            application_credential_id=credential["id"],
+            application_credential_secret=credential["secret"],
+        ).get_token(self._http)
         expiry = datetime.datetime.fromisoformat(self.token_data(token)["expires_at"])
         return token, expiry
 
@@ -308,8 +379,10 @@ password_hash_rounds = 4
 @pytest.fixture(scope="session", name="keystone")
 def keystone_fixture(tmp_path_factory):
     """The running Keystone (import this fixture into a test module to use it)."""
-    require(importlib.util.find_spec("keystone") is not None,
-            "the keystone package is not installed (pip install -e '.[test]')")
+    require(
+        importlib.util.find_spec("keystone") is not None,
+        "the keystone package is not installed (pip install -e '.[test]')",
+    )
     server = Keystone(tmp_path_factory.mktemp("keystone"))
     try:
         server.start()

@@ -36,8 +36,10 @@ __all__ = [
 ]
 
 BANNER = re.compile(r"Exosuit '(?P<host>[^']*)' serving Cyborg's v2 API at (?P<url>http://\S+)/v2")
-STARTUP_TIMEOUT = 10.0
-STOP_TIMEOUT = 10.0
+BANNER_END = "Ctrl-C stops."
+# Generous: CI shares two cores with other work (a start is about a second when quiet).
+STARTUP_TIMEOUT = 120.0
+STOP_TIMEOUT = 60.0
 
 
 def _script(name: str) -> str:
@@ -71,24 +73,40 @@ class ExosuitServer:
         self.startup_seconds: float | None = None
         self.stop_seconds: float | None = None
         self._banner = threading.Event()
+        self._banner_end = threading.Event()
         self._reader: threading.Thread | None = None
 
     @property
     def output(self) -> str:
         return "".join(self.lines)
 
-    def start(self) -> ExosuitServer:
-        argv = [_script("exosuit"), "serve", "--host", "127.0.0.1", "--port", "0",
-                "--data-dir", str(self.data_dir)]
+    def argv(self) -> list[str]:
+        """The command line (``exosuit serve … --config-file …``)."""
+        argv = [
+            _script("exosuit"),
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--data-dir",
+            str(self.data_dir),
+        ]
         for path in self.config_files:
             argv += ["--config-file", str(path)]
+        return argv
+
+    def start(self) -> ExosuitServer:
         began = time.monotonic()
         self.process = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            self.argv(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        self._reader = threading.Thread(target=self._read, name="exosuit-serve-output",
-                                        daemon=True)
+        self._reader = threading.Thread(target=self._read, name="exosuit-serve-output", daemon=True)
         self._reader.start()
         try:
             self._wait_until_serving(began)
@@ -99,12 +117,15 @@ class ExosuitServer:
 
     def _read(self) -> None:
         assert self.process is not None and self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line)
-            match = BANNER.search(line)
-            if match and not self._banner.is_set():
-                self.url, self.host = match["url"], match["host"]
-                self._banner.set()
+        with self.process.stdout as stream:  # closed at the end of the output
+            for line in stream:
+                self.lines.append(line)
+                match = BANNER.search(line)
+                if match and not self._banner.is_set():
+                    self.url, self.host = match["url"], match["host"]
+                    self._banner.set()
+                if BANNER_END in line:
+                    self._banner_end.set()
 
     def _wait_until_serving(self, began: float) -> None:
         deadline = began + STARTUP_TIMEOUT
@@ -120,6 +141,10 @@ class ExosuitServer:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"exosuit serve did not answer at {self.url}:\n{self.output}")
             time.sleep(0.05)
+        # The whole banner has been read (the reader thread may lag behind the server).
+        while not self._banner_end.wait(0.05):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"exosuit serve did not end its banner:\n{self.output}")
         self.startup_seconds = time.monotonic() - began
 
     def stop(self, signum: int = signal.SIGINT, timeout: float = STOP_TIMEOUT) -> int:
@@ -137,7 +162,7 @@ class ExosuitServer:
             ) from None
         self.stop_seconds = time.monotonic() - began
         if self._reader is not None:
-            self._reader.join(timeout=5)
+            self._reader.join(timeout=60)
         return code
 
     def kill(self) -> None:
@@ -148,7 +173,7 @@ class ExosuitServer:
             self.process.kill()
             self.process.wait(timeout=10)
         if self.process.stdout is not None and self._reader is not None:
-            self._reader.join(timeout=5)
+            self._reader.join(timeout=60)
 
     def get(self, path: str, version: str | None = None, **kwargs) -> requests.Response:
         headers = {"OpenStack-API-Version": f"accelerator {version}"} if version else {}
@@ -205,17 +230,23 @@ class OpenStackCLI:
         else:
             raise ValueError(implementation)
 
-    def run(self, *args: str, version: str | None = None, check: bool = True,
-            auth: tuple[str, ...] | None = None,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        *args: str,
+        version: str | None = None,
+        check: bool = True,
+        auth: tuple[str, ...] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess:
         if auth is None:
             auth = ("--os-auth-type", "none", "--os-endpoint", self.endpoint)
         argv = [*self.argv, *auth]
         if version is not None:
             argv += ["--os-accelerator-api-version", version]
         argv += list(args)
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=60,
-                                env=env or client_env())
+        result = subprocess.run(
+            argv, capture_output=True, text=True, timeout=60, env=env or client_env()
+        )
         if check and result.returncode != 0:
             raise AssertionError(
                 f"{' '.join(args)} exited {result.returncode}\n"

@@ -35,15 +35,17 @@ def _error(response) -> dict:
 
 def _write_conf(tmp_path: pathlib.Path, text: str) -> str:
     path = tmp_path / "exosuit.conf"
-    path.write_text(text)
+    # New devices ready, as before activation existed: the tests bind what they report.
+    path.write_text(text + "\n[inventory]\nnew_device_activation = ready\n")
     return str(path)
 
 
 def _seed(api: ApiClient) -> dict:
     """A host with one FPGA and a profile dp1; returns the deployable."""
     admin = api.as_(PERSONAS["admin"])
-    r = api.as_(PERSONAS["service"]).put("/agent/v1/hosts/host1/inventory",
-                                          snapshot("host1", [fpga("0000:0c:00.0")]))
+    r = api.as_(PERSONAS["service"]).put(
+        "/agent/v1/hosts/host1/inventory", snapshot("host1", [fpga("0000:0c:00.0")])
+    )
     assert r.status_code == 200, r.text
     r = admin.post("/v2/device_profiles", [{"name": "dp1", "groups": [{"resources:FPGA": "1"}]}])
     assert r.status_code == 201, r.text
@@ -52,12 +54,17 @@ def _seed(api: ApiClient) -> dict:
 
 
 def _bind_body(arq: str, rp_uuid: str, instance: str) -> dict:
-    return {arq: [{"op": "add", "path": "/hostname", "value": "host1"},
-                  {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
-                  {"op": "add", "path": "/instance_uuid", "value": instance}]}
+    return {
+        arq: [
+            {"op": "add", "path": "/hostname", "value": "host1"},
+            {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
+            {"op": "add", "path": "/instance_uuid", "value": instance},
+        ]
+    }
 
 
 # -- noauth ------------------------------------------------------------------------------
+
 
 def _noauth_context(headers: dict[str, str]) -> RequestContext:
     """The context the application builds from what NoAuthMiddleware passes on."""
@@ -98,12 +105,16 @@ def test_noauth_without_identity_can_do_everything_including_bind(sqlite_api):
     assert r.status_code == 204, r.text
 
 
-@pytest.mark.parametrize(("headers", "roles", "service_roles"), [
-    ({"X-User-Id": "u", "X-Project-Id": PROJECT}, [], []),
-    ({"X-User-Id": "u", "X-Project-Id": PROJECT, "X-Roles": "reader"}, ["reader"], []),
-    ({"X-Roles": "admin"}, ["admin"], []),
-    ({"X-Project-Id": PROJECT, "X-Service-Roles": "service"}, [], ["service"]),
-], ids=["no roles", "reader", "admin without service token", "service token only"])
+@pytest.mark.parametrize(
+    ("headers", "roles", "service_roles"),
+    [
+        ({"X-User-Id": "u", "X-Project-Id": PROJECT}, [], []),
+        ({"X-User-Id": "u", "X-Project-Id": PROJECT, "X-Roles": "reader"}, ["reader"], []),
+        ({"X-Roles": "admin"}, ["admin"], []),
+        ({"X-Project-Id": PROJECT, "X-Service-Roles": "service"}, [], ["service"]),
+    ],
+    ids=["no roles", "reader", "admin without service token", "service token only"],
+)
 def test_noauth_identity_headers_give_exactly_those_roles(headers, roles, service_roles):
     context = _noauth_context(headers)
     assert context.roles == roles
@@ -120,8 +131,7 @@ def test_noauth_admin_header_adds_no_implied_role_and_no_service_token(sqlite_ap
     admin_only = sqlite_api.as_({"X-User-Id": "u", "X-Project-Id": PROJECT, "X-Roles": "admin"})
     assert admin_only.get("/v2/devices").status_code == 200
     assert admin_only.post(ARQS, {"device_profile_name": "dp1"}).status_code == 403
-    admin = sqlite_api.as_({"X-User-Id": "u", "X-Project-Id": PROJECT,
-                            "X-Roles": "admin,member"})
+    admin = sqlite_api.as_({"X-User-Id": "u", "X-Project-Id": PROJECT, "X-Roles": "admin,member"})
     (arq,) = admin.post(ARQS, {"device_profile_name": "dp1"}).json["arqs"]
     r = admin.patch(ARQS, _bind_body(arq["uuid"], deployable["rp_uuid"], str(uuid.uuid4())))
     assert r.status_code == 403, r.text
@@ -144,16 +154,21 @@ def test_a_caller_without_a_project_sees_no_project_arqs(sqlite_api):
     _seed(sqlite_api)
     created = sqlite_api.as_(PERSONAS["member"]).post(ARQS, {"device_profile_name": "dp1"})
     assert created.status_code == 201, created.text
-    projectless = sqlite_api.as_({"X-User-Id": "u", "X-Roles": "member,reader",
-                                  "X-Service-Roles": "service"})
-    for r in (projectless.get(ARQS), projectless.post(ARQS, {"device_profile_name": "dp1"}),
-              projectless.delete(f"{ARQS}?arqs={created.json['arqs'][0]['uuid']}")):
+    projectless = sqlite_api.as_(
+        {"X-User-Id": "u", "X-Roles": "member,reader", "X-Service-Roles": "service"}
+    )
+    for r in (
+        projectless.get(ARQS),
+        projectless.post(ARQS, {"device_profile_name": "dp1"}),
+        projectless.delete(f"{ARQS}?arqs={created.json['arqs'][0]['uuid']}"),
+    ):
         assert r.status_code == 403, r.text
         assert _error(r)["code"] == "exosuit.policy.scope"
     assert len(sqlite_api.as_(PERSONAS["admin"]).get(ARQS).json["arqs"]) == 1
 
 
 # -- keystone ----------------------------------------------------------------------------
+
 
 @pytest.fixture
 def closed_port():
@@ -166,7 +181,11 @@ def closed_port():
 
 def _keystone_conf(tmp_path, port: int, url: str, extra: str = ""):
     identity = f"http://127.0.0.1:{port}/identity"
-    return make_conf([_write_conf(tmp_path, f"""
+    return make_conf(
+        [
+            _write_conf(
+                tmp_path,
+                f"""
 [api]
 auth_strategy = keystone
 [database]
@@ -181,7 +200,10 @@ project_name = service
 user_domain_name = Default
 project_domain_name = Default
 {extra}
-""")])
+""",
+            )
+        ]
+    )
 
 
 @pytest.fixture
@@ -190,12 +212,18 @@ def keystone_api(tmp_path, closed_port, sqlite_database):
     return ApiClient(loadapp(conf, sqlite_database))
 
 
-FORGED = {"X-User-Id": "u-admin", "X-Project-Id": PROJECT, "X-Roles": "admin,member,reader",
-          "X-Service-Roles": "service", "X-Identity-Status": "Confirmed"}
+FORGED = {
+    "X-User-Id": "u-admin",
+    "X-Project-Id": PROJECT,
+    "X-Roles": "admin,member,reader",
+    "X-Service-Roles": "service",
+    "X-Identity-Status": "Confirmed",
+}
 
 
 def test_keystone_pipeline_has_keystonemiddleware(keystone_api):
-    public_routes = keystone_api.app.app
+    # request id → request latency → public routes → keystonemiddleware → the API.
+    public_routes = keystone_api.app.app.app
     assert isinstance(public_routes.protected, auth_token.AuthProtocol)
     assert public_routes.public is keystone_api.app.application
 
@@ -204,7 +232,8 @@ def test_keystone_without_token_is_401(keystone_api, closed_port):
     r = keystone_api.get("/v2/devices")
     assert r.status_code == 401, r.text
     assert r.headers["WWW-Authenticate"] == (
-        f'Keystone uri="http://127.0.0.1:{closed_port}/identity"')
+        f'Keystone uri="http://127.0.0.1:{closed_port}/identity"'
+    )
     assert r.headers["x-openstack-request-id"].startswith("req-")
 
 
@@ -214,14 +243,18 @@ def test_keystone_public_routes_answer_without_token(keystone_api, path):
     assert r.status_code == 200, r.text
 
 
-@pytest.mark.parametrize(("method", "path", "body"), [
-    ("GET", "/v2/devices", None),
-    ("GET", ARQS, None),
-    ("POST", "/v2/device_profiles", [{"name": "forged", "groups": [{"resources:FPGA": "1"}]}]),
-    ("PUT", "/agent/v1/hosts/host1/inventory", snapshot("host1", [fpga("0000:0c:00.0")])),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/v2/devices", None),
+        ("GET", ARQS, None),
+        ("POST", "/v2/device_profiles", [{"name": "forged", "groups": [{"resources:FPGA": "1"}]}]),
+        ("PUT", "/agent/v1/hosts/host1/inventory", snapshot("host1", [fpga("0000:0c:00.0")])),
+    ],
+)
 def test_keystone_does_not_trust_identity_headers_without_token(
-        keystone_api, sqlite_database, conf, method, path, body):
+    keystone_api, sqlite_database, conf, method, path, body
+):
     r = keystone_api.as_(FORGED).request(method, path, body)
     assert r.status_code == 401, r.text
     # Nothing was written: read back through a noauth app on the same database.
@@ -230,12 +263,15 @@ def test_keystone_does_not_trust_identity_headers_without_token(
     assert admin.get("/v2/devices").json["devices"] == []
 
 
-def test_keystone_with_delayed_decision_strips_forged_roles(tmp_path, closed_port,
-                                                            sqlite_database):
+def test_keystone_with_delayed_decision_strips_forged_roles(tmp_path, closed_port, sqlite_database):
     """Even when the middleware lets tokenless requests through, it removes the
     identity headers a client sent: the forged admin gets 403, not 200."""
-    conf = _keystone_conf(tmp_path, closed_port, sqlite_database.url.render_as_string(False),
-                          "delay_auth_decision = true")
+    conf = _keystone_conf(
+        tmp_path,
+        closed_port,
+        sqlite_database.url.render_as_string(False),
+        "delay_auth_decision = true",
+    )
     api = ApiClient(loadapp(conf, sqlite_database)).as_(FORGED)
     for r in (api.get("/v2/devices"), api.get(ARQS)):
         assert r.status_code == 403, r.text
@@ -250,12 +286,18 @@ def test_keystone_really_validates_tokens(keystone_api):
 
 # -- policy file and the sample commands ---------------------------------------------
 
+
 def test_policy_file_overrides_a_default(tmp_path, sqlite_database):
     policy = tmp_path / "policy.yaml"
     policy.write_text('"cyborg:device:get_all": "rule:project_member_or_admin"\n')
     url = sqlite_database.url.render_as_string(False)
-    conf = make_conf([_write_conf(tmp_path, f"[database]\nconnection = {url}\n"
-                                            f"[oslo_policy]\npolicy_file = {policy}\n")])
+    conf = make_conf(
+        [
+            _write_conf(
+                tmp_path, f"[database]\nconnection = {url}\n[oslo_policy]\npolicy_file = {policy}\n"
+            )
+        ]
+    )
     api = ApiClient(loadapp(conf, sqlite_database))
     _seed(api)
     member, reader = api.as_(PERSONAS["member"]), api.as_(PERSONAS["reader"])
@@ -276,10 +318,12 @@ def test_without_policy_file_member_cannot_list_devices(sqlite_api):
 def _manage(*args: str) -> subprocess.CompletedProcess:
     script = pathlib.Path(sys.executable).parent / "exosuit-manage"
     assert script.exists(), f"{script} is not installed (pip install -e .)"
-    return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=120,
-                          check=False)
+    return subprocess.run(
+        [str(script), *args], capture_output=True, text=True, timeout=120, check=False
+    )
 
 
+@pytest.mark.slow  # runs exosuit-manage
 def test_policy_sample_prints_every_rule():
     result = _manage("policy-sample")
     assert result.returncode == 0, result.stderr
@@ -290,15 +334,19 @@ def test_policy_sample_prints_every_rule():
         assert f'"{rule.name}": "{rule.check_str}"' in lines, rule.name
 
 
+@pytest.mark.slow  # runs exosuit-manage
 def test_config_sample_prints_api_and_database_options():
     result = _manage("config-sample")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    for section, option in [("[api]", "#auth_strategy = noauth"),
-                            ("[database]", "#connection = sqlite:///$state_path/exosuit.sqlite"),
-                            ("[keystone_authtoken]", "#www_authenticate_uri = <None>"),
-                            ("[oslo_policy]", "#policy_file = policy.yaml")]:
+    for section, option in [
+        ("[api]", "#auth_strategy = noauth"),
+        ("[database]", "#connection = sqlite:///$state_path/exosuit.sqlite"),
+        ("[keystone_authtoken]", "#www_authenticate_uri = <None>"),
+        ("[oslo_policy]", "#policy_file = policy.yaml"),
+    ]:
         start = lines.index(section)
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")),
-                   len(lines))
+        end = next(
+            (i for i in range(start + 1, len(lines)) if lines[i].startswith("[")), len(lines)
+        )
         assert option in lines[start:end], (section, option)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import pathlib
+import pstats
+import re
 import subprocess
 import sys
 import tempfile
@@ -20,18 +22,37 @@ def test_the_api_benchmark_runs_every_scenario_on_sqlite(tmp_path):
     tmp = pathlib.Path(tempfile.gettempdir())
     before = set(tmp.glob("exosuit-bench-api-*"))
     result = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "api.py"), "--db", "sqlite", "--workers", "1",
-         "--duration", "0.5", "--warmup", "0.2", "--concurrency", "1,2",
-         "--scenarios", "version,deployables,profile,arq", "--json", str(out)],
-        capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            str(ROOT / "bench" / "api.py"),
+            "--db",
+            "sqlite",
+            "--workers",
+            "1",
+            "--duration",
+            "0.5",
+            "--warmup",
+            "0.2",
+            "--concurrency",
+            "1,2",
+            "--scenarios",
+            "version,deployables,profile,arq",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["db"] == "sqlite"
     assert report["api_workers"] == 1
     runs = {(r["scenario"], r["clients"]): r for r in report["results"]}
-    assert set(runs) == {(s, c) for s in ("version", "deployables", "profile", "arq")
-                         for c in (1, 2)}
+    assert set(runs) == {
+        (s, c) for s in ("version", "deployables", "profile", "arq") for c in (1, 2)
+    }
     for run in runs.values():
         assert run["ops"] > 0
         assert run["p50_ms"] <= run["p95_ms"]
@@ -41,3 +62,32 @@ def test_the_api_benchmark_runs_every_scenario_on_sqlite(tmp_path):
     assert "GET /v2/deployables" in result.stdout
     # The temporary folder (database, configuration, server log) is gone.
     assert set(tmp.glob("exosuit-bench-api-*")) <= before
+
+
+def test_the_in_process_benchmark_measures_and_profiles_every_scenario(tmp_path):
+    profile = tmp_path / "profile"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "api_inprocess.py"),
+            "--db",
+            "sqlite",
+            "--ops",
+            "5",
+            "--warmup",
+            "2",
+            "--rounds",
+            "2",
+            "--profile",
+            str(profile),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in ("version", "deployables", "profile", "arq"):
+        assert re.search(rf"^\s+{name}\s+\d+\.\d+ ms CPU/op \(", result.stdout, re.M), result.stdout
+        stats = pstats.Stats(str(tmp_path / f"profile.{name}.pstats"))
+        assert stats.total_calls > 0

@@ -86,8 +86,7 @@ def _stories():
     gabbi_fixtures.drop_databases()
 
 
-@pytest.mark.parametrize(("story", "case"), [c[:2] for c in _CASES],
-                         ids=[c[2] for c in _CASES])
+@pytest.mark.parametrize(("story", "case"), [c[:2] for c in _CASES], ids=[c[2] for c in _CASES])
 def test_gabbi(story, case):
     _STORIES.enter(story, case)
     case.run(reporter.PyTestResult())

@@ -72,16 +72,28 @@ from tests.functional.test_policy import (
 from tests.helpers.live import serve_wsgi
 
 # The Keystone user behind each persona's X-Auth-Token.
-USER_OF = {"admin": "p1-admin", "member": "p1-member", "reader": "p1-reader",
-           "other_member": "p2-member", "service": "nova", "nova": "p1-member",
-           "manager": "p1-manager"}
+USER_OF = {
+    "admin": "p1-admin",
+    "member": "p1-member",
+    "reader": "p1-reader",
+    "other_member": "p2-member",
+    "service": "nova",
+    "nova": "p1-member",
+    "manager": "p1-manager",
+}
 # The identity headers of the noauth table, by persona ("system_admin_alone": the
 # system admin without a service token).
-NOAUTH = {**PERSONAS, "manager": MANAGER, "system_admin": SYSTEM_ADMIN,
-          "system_admin_alone": {"X-User-Id": SYSTEM_ADMIN["X-User-Id"],
-                                 "X-Roles": "admin,manager,member,reader",
-                                 "OpenStack-System-Scope": "all"},
-          "anonymous": {}}
+NOAUTH = {
+    **PERSONAS,
+    "manager": MANAGER,
+    "system_admin": SYSTEM_ADMIN,
+    "system_admin_alone": {
+        "X-User-Id": SYSTEM_ADMIN["X-User-Id"],
+        "X-Roles": "admin,manager,member,reader",
+        "OpenStack-System-Scope": "all",
+    },
+    "anonymous": {},
+}
 
 
 def _key(headers: dict[str, str]) -> frozenset:
@@ -93,9 +105,14 @@ def _http_app(base_url: str):
     url = urllib.parse.urlsplit(base_url)
 
     def app(environ, start_response):
-        environ = {**environ, "wsgi.url_scheme": url.scheme, "HTTP_HOST": url.netloc,
-                   "SERVER_NAME": url.hostname, "SERVER_PORT": str(url.port),
-                   "webob.client.timeout": 60}
+        environ = {
+            **environ,
+            "wsgi.url_scheme": url.scheme,
+            "HTTP_HOST": url.netloc,
+            "SERVER_NAME": url.hostname,
+            "SERVER_PORT": str(url.port),
+            "webob.client.timeout": 60,
+        }
         return webob_client.send_request_app(environ, start_response)
 
     return app
@@ -141,6 +158,9 @@ def _conf(workdir: pathlib.Path, keystone: Keystone, db_url: str, extra: str = "
 auth_strategy = keystone
 [database]
 connection = {db_url}
+# New devices ready, as before activation existed: the tests bind what they report.
+[inventory]
+new_device_activation = ready
 [keystone_authtoken]
 www_authenticate_uri = {keystone.url}
 auth_url = {keystone.url}
@@ -186,7 +206,9 @@ def _persona_tokens(keystone: Keystone) -> dict[str, dict[str, str]]:
 def exosuit(keystone, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("exosuit-keystone")
     db = Database(new_database_url("sqlite", None, tmp_path_factory))
-    with _serving(workdir, keystone, db) as url:
+    # The catalogue's image data in the module's folder, not the working directory.
+    images = f"[images]\ndata_dir = {workdir}/images\n"
+    with _serving(workdir, keystone, db, images) as url:
         keystone.register_service("accelerator", "exosuit", f"{url}/v2")
         yield Exosuit(url=url, db=db, keystone=keystone, tokens=_persona_tokens(keystone))
     db.dispose()
@@ -201,10 +223,11 @@ def ks_api(exosuit) -> TokenClient:
 
 def _world(ks_api: TokenClient, exosuit: Exosuit, op: Op | None = None):
     op = op or next(o for o in OPS if o.name == "arq show")
-    return build_world(ks_api, op, project=exosuit.project("p1"))
+    return build_world(ks_api, op, project=exosuit.project("p1"), db=exosuit.db)
 
 
 # -- the personas are what the table says they are -------------------------------------
+
 
 @pytest.mark.parametrize("persona", sorted(set(NOAUTH) - {"anonymous"}))
 def test_persona_tokens_carry_the_roles_and_scope_of_the_table(exosuit, persona):
@@ -229,19 +252,28 @@ def test_persona_tokens_carry_the_roles_and_scope_of_the_table(exosuit, persona)
 
 # -- the table -------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("op", "persona"), CASES,
-                         ids=[f"{op.name}-{persona}" for op, persona in CASES])
+
+@pytest.mark.parametrize(
+    ("op", "persona"), CASES, ids=[f"{op.name}-{persona}" for op, persona in CASES]
+)
 def test_policy_with_real_tokens(ks_api, exosuit, op: Op, persona: str):
-    world = build_world(ks_api, op, project=exosuit.project("p1"))
-    check_outcome(ks_api, op, world, NOAUTH[persona], op.expect[persona],
-                  identity=exosuit.identity(persona))
+    world = build_world(ks_api, op, project=exosuit.project("p1"), db=exosuit.db)
+    check_outcome(
+        ks_api, op, world, NOAUTH[persona], op.expect[persona], identity=exosuit.identity(persona)
+    )
 
 
 @pytest.mark.parametrize("op", INVENTORY_OPS, ids=[op.name for op in INVENTORY_OPS])
 def test_project_manager_token_reads_but_does_not_change_inventory(ks_api, exosuit, op: Op):
-    world = build_world(ks_api, op, project=exosuit.project("p1"))
-    check_outcome(ks_api, op, world, MANAGER, OK if op.method == "GET" else DENIED,
-                  identity=exosuit.identity("manager"))
+    world = build_world(ks_api, op, project=exosuit.project("p1"), db=exosuit.db)
+    check_outcome(
+        ks_api,
+        op,
+        world,
+        MANAGER,
+        OK if op.method == "GET" else DENIED,
+        identity=exosuit.identity("manager"),
+    )
 
 
 # NOTE: keystonemiddleware sets OpenStack-System-Scope from the user token, then
@@ -250,8 +282,9 @@ def test_project_manager_token_reads_but_does_not_change_inventory(ks_api, exosu
 # which Application.authorize refuses before oslo.policy sees it.
 SCOPE_REFUSED = {
     "system_admin_alone": Outcome(403, "exosuit.policy.scope", "system scope", changes=False),
-    "system_admin": Outcome(403, "exosuit.policy.scope", "requires a project-scoped token",
-                            changes=False),
+    "system_admin": Outcome(
+        403, "exosuit.policy.scope", "requires a project-scoped token", changes=False
+    ),
 }
 
 
@@ -261,11 +294,12 @@ def test_system_scoped_token_is_refused(ks_api, exosuit, op: Op, persona: str):
     """The bootstrap admin's system-scoped token (role admin on the system), alone
     or with Nova's service token, gets 403 on every project-scoped rule, and
     nothing changes."""
-    world = build_world(ks_api, op, project=exosuit.project("p1"))
+    world = build_world(ks_api, op, project=exosuit.project("p1"), db=exosuit.db)
     check_outcome(ks_api, op, world, NOAUTH[persona], SCOPE_REFUSED[persona])
 
 
 # -- tokens keystonemiddleware refuses -------------------------------------------------
+
 
 def _assert_401(r, keystone: Keystone) -> None:
     assert r.status_code == 401, r.text
@@ -276,12 +310,12 @@ def _assert_401(r, keystone: Keystone) -> None:
 def test_without_token_or_with_a_garbage_token_is_401(ks_api, exosuit, path):
     _assert_401(ks_api.get(path), exosuit.keystone)
     _assert_401(ks_api.get(path, headers={"X-Auth-Token": "not-a-token"}), exosuit.keystone)
-    _assert_401(ks_api.get(path, headers={"X-Auth-Token": "gAAAAA" + "x" * 180}),
-                exosuit.keystone)
+    _assert_401(ks_api.get(path, headers={"X-Auth-Token": "gAAAAA" + "x" * 180}), exosuit.keystone)
 
 
 def test_public_routes_answer_without_token(ks_api):
     for path in PUBLIC_PATHS:
+        path = path.replace("{name}", "dashboard.css")
         assert ks_api.get(path).status_code == 200, path
 
 
@@ -297,20 +331,38 @@ def test_expired_token_is_401(ks_api, exosuit):
     again once expired; another is first seen expired (Keystone no longer
     validates it). Both get 401."""
     keystone = exosuit.keystone
-    used, expiry = keystone.short_lived_token("p1-reader", 4)
     unseen, _ = keystone.short_lived_token("p1-reader", 4)
-    r = ks_api.get("/v2/device_profiles", headers={"X-Auth-Token": used})
-    assert r.status_code == 200, r.text
+    used, expiry = _token_used_while_valid(ks_api, keystone)
     time.sleep(max(0.0, (expiry - datetime.datetime.now(datetime.UTC)).total_seconds()) + 1.5)
     for token in (used, unseen):
-        _assert_401(ks_api.get("/v2/device_profiles", headers={"X-Auth-Token": token}),
-                    keystone)
+        _assert_401(ks_api.get("/v2/device_profiles", headers={"X-Auth-Token": token}), keystone)
+
+
+def _token_used_while_valid(ks_api, keystone: Keystone) -> tuple[str, datetime.datetime]:
+    """A short-lived token that served one request while it was valid, and its expiry.
+
+    A busy machine may take longer than a short lifetime between issuing the token and
+    its first use (it then expired first): the lifetime grows until one is used in time,
+    so the test never depends on how fast the machine is.
+    """
+    for lifetime in (5, 15, 45, 120):
+        token, expiry = keystone.short_lived_token("p1-reader", lifetime)
+        r = ks_api.get("/v2/device_profiles", headers={"X-Auth-Token": token})
+        if r.status_code == 200:
+            return token, expiry
+        # Only an expired token may be refused: a 401 before the expiry is a real failure.
+        assert r.status_code == 401 and datetime.datetime.now(datetime.UTC) >= expiry, r.text
+    pytest.fail("no token was used before it expired, even one valid for 120 s")
 
 
 def _bind_body(arq: str, rp_uuid: str, instance: str) -> dict:
-    return {arq: [{"op": "add", "path": "/hostname", "value": "host1"},
-                  {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
-                  {"op": "add", "path": "/instance_uuid", "value": instance}]}
+    return {
+        arq: [
+            {"op": "add", "path": "/hostname", "value": "host1"},
+            {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
+            {"op": "add", "path": "/instance_uuid", "value": instance},
+        ]
+    }
 
 
 def _arq_state(ks_api: TokenClient, arq: str) -> str:
@@ -324,8 +376,7 @@ def test_service_token_without_the_service_role_is_401(ks_api, exosuit):
     member = exosuit.tokens["member"]["X-Auth-Token"]
     body = _bind_body(world.arq, world.rp_uuid, str(uuid.uuid4()))
     for service in (member, exosuit.tokens["admin"]["X-Auth-Token"], "not-a-token"):
-        r = ks_api.patch(ARQS, body, headers={"X-Auth-Token": member,
-                                              "X-Service-Token": service})
+        r = ks_api.patch(ARQS, body, headers={"X-Auth-Token": member, "X-Service-Token": service})
         _assert_401(r, exosuit.keystone)
     assert _arq_state(ks_api, world.arq) == "Initial"
 
@@ -334,10 +385,11 @@ def test_service_token_does_not_lend_its_project(ks_api, exosuit):
     """The ARQ's owner is checked against the user token: a member of p2 with
     Nova's service token can neither bind nor delete p1's ARQ."""
     world = _world(ks_api, exosuit)
-    headers = {"X-Auth-Token": exosuit.tokens["other_member"]["X-Auth-Token"],
-               "X-Service-Token": exosuit.tokens["nova"]["X-Service-Token"]}
-    r = ks_api.patch(ARQS, _bind_body(world.arq, world.rp_uuid, str(uuid.uuid4())),
-                     headers=headers)
+    headers = {
+        "X-Auth-Token": exosuit.tokens["other_member"]["X-Auth-Token"],
+        "X-Service-Token": exosuit.tokens["nova"]["X-Service-Token"],
+    }
+    r = ks_api.patch(ARQS, _bind_body(world.arq, world.rp_uuid, str(uuid.uuid4())), headers=headers)
     assert r.status_code == 404, r.text
     r = ks_api.delete(f"{ARQS}?arqs={world.arq}", headers=headers)
     assert r.status_code == 404, r.text
@@ -353,26 +405,31 @@ def test_system_scoped_service_token_makes_the_call_system_scoped(ks_api, exosui
     keystone = exosuit.keystone
     world = _world(ks_api, exosuit)
     nova = keystone.users["nova"]
-    r = keystone.admin.put(f"{keystone.auth_url}/system/users/{nova.id}/roles/"
-                           f"{keystone.roles['service']}")
+    r = keystone.admin.put(
+        f"{keystone.auth_url}/system/users/{nova.id}/roles/{keystone.roles['service']}"
+    )
     assert r.status_code == 204, r.text
     try:
-        system_service = keystone.password("nova", system=True).get_token(
-            ks_session.Session())
-        headers = {"X-Auth-Token": exosuit.tokens["member"]["X-Auth-Token"],
-                   "X-Service-Token": system_service}
-        r = ks_api.patch(ARQS, _bind_body(world.arq, world.rp_uuid, str(uuid.uuid4())),
-                         headers=headers)
+        system_service = keystone.password("nova", system=True).get_token(ks_session.Session())
+        headers = {
+            "X-Auth-Token": exosuit.tokens["member"]["X-Auth-Token"],
+            "X-Service-Token": system_service,
+        }
+        r = ks_api.patch(
+            ARQS, _bind_body(world.arq, world.rp_uuid, str(uuid.uuid4())), headers=headers
+        )
         assert r.status_code == 403, r.text
         assert error_of(r)["code"] == "exosuit.policy.scope"
         assert ks_api.get(ARQS, headers=headers).status_code == 403
     finally:
-        keystone.admin.delete(f"{keystone.auth_url}/system/users/{nova.id}/roles/"
-                              f"{keystone.roles['service']}")
+        keystone.admin.delete(
+            f"{keystone.auth_url}/system/users/{nova.id}/roles/{keystone.roles['service']}"
+        )
     assert _arq_state(ks_api, world.arq) == "Initial"
 
 
 # -- the catalog: clients find Exosuit as service type "accelerator" -------------------
+
 
 def test_nova_style_session_binds_only_with_its_service_token(ks_api, exosuit):
     """What Nova does: a keystoneauth adapter for service type accelerator (found
@@ -382,12 +439,22 @@ def test_nova_style_session_binds_only_with_its_service_token(ks_api, exosuit):
     keystone = exosuit.keystone
     world = _world(ks_api, exosuit)
     user_auth = keystone.password("p1-member")
-    user = ks_adapter.Adapter(ks_session.Session(auth=user_auth), service_type="accelerator",
-                              interface="internal", region_name=REGION)
+    user = ks_adapter.Adapter(
+        ks_session.Session(auth=user_auth),
+        service_type="accelerator",
+        interface="internal",
+        region_name=REGION,
+    )
     nova = ks_adapter.Adapter(
-        ks_session.Session(auth=service_token.ServiceTokenAuthWrapper(
-            user_auth=user_auth, service_auth=keystone.password("nova"))),
-        service_type="accelerator", interface="internal", region_name=REGION)
+        ks_session.Session(
+            auth=service_token.ServiceTokenAuthWrapper(
+                user_auth=user_auth, service_auth=keystone.password("nova")
+            )
+        ),
+        service_type="accelerator",
+        interface="internal",
+        region_name=REGION,
+    )
     assert user.get_endpoint() == f"{exosuit.url}/v2"
 
     r = user.get("/device_profiles?name=dp1", raise_exc=False)
@@ -400,8 +467,10 @@ def test_nova_style_session_binds_only_with_its_service_token(ks_api, exosuit):
     assert r.status_code == 202, r.text
     r = nova.get(f"/accelerator_requests?instance={instance}", raise_exc=False)
     assert [a["state"] for a in r.json()["arqs"]] == ["Bound"], r.text
-    for path in (f"/accelerator_requests?instance={instance}",
-                 f"/accelerator_requests?arqs={world.arq}"):
+    for path in (
+        f"/accelerator_requests?instance={instance}",
+        f"/accelerator_requests?arqs={world.arq}",
+    ):
         r = user.delete(path, raise_exc=False)
         assert r.status_code == 403 and "requires a service token" in r.text, r.text
     r = nova.delete(f"/accelerator_requests?instance={instance}", raise_exc=False)
@@ -413,18 +482,28 @@ def test_openstacksdk_finds_exosuit_in_the_catalog(ks_api, exosuit):
     keystone = exosuit.keystone
     world = _world(ks_api, exosuit)
     member = keystone.users["p1-member"]
-    conn = openstack.connect(auth_url=keystone.auth_url, username=member.name,
-                             password=member.password, project_id=member.project_id,
-                             user_domain_id="default", region_name=REGION,
-                             interface="public")
+    conn = openstack.connect(
+        auth_url=keystone.auth_url,
+        username=member.name,
+        password=member.password,
+        project_id=member.project_id,
+        user_domain_id="default",
+        region_name=REGION,
+        interface="public",
+    )
     try:
         assert sorted(p.name for p in conn.accelerator.device_profiles()) == ["dp1", "spare"]
         assert conn.accelerator.get_accelerator_request(world.arq).uuid == world.arq
         other = keystone.users["p2-member"]
-        with openstack.connect(auth_url=keystone.auth_url, username=other.name,
-                               password=other.password, project_id=other.project_id,
-                               user_domain_id="default", region_name=REGION,
-                               interface="public") as stranger:
+        with openstack.connect(
+            auth_url=keystone.auth_url,
+            username=other.name,
+            password=other.password,
+            project_id=other.project_id,
+            user_domain_id="default",
+            region_name=REGION,
+            interface="public",
+        ) as stranger:
             assert list(stranger.accelerator.accelerator_requests()) == []
             with pytest.raises(openstack.exceptions.NotFoundException):
                 stranger.accelerator.get_accelerator_request(world.arq)
@@ -433,6 +512,7 @@ def test_openstacksdk_finds_exosuit_in_the_catalog(ks_api, exosuit):
 
 
 # -- policy.yaml and the sample --------------------------------------------------------
+
 
 def test_policy_file_overrides_a_default_under_keystone(exosuit, tmp_path):
     policy = tmp_path / "policy.yaml"
@@ -453,10 +533,16 @@ def test_policy_file_overrides_a_default_under_keystone(exosuit, tmp_path):
     assert exosuit.client().as_(PERSONAS["member"]).get("/v2/devices").status_code == 403
 
 
+@pytest.mark.slow  # runs oslopolicy-sample-generator
 def test_oslopolicy_sample_generator_prints_the_defaults():
     script = pathlib.Path(sys.executable).with_name("oslopolicy-sample-generator")
-    result = subprocess.run([str(script), "--namespace", "exosuit"], capture_output=True,
-                            text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [str(script), "--namespace", "exosuit"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     lines = {line.lstrip("#") for line in result.stdout.splitlines()}
     for rule in list_rules():
@@ -464,6 +550,7 @@ def test_oslopolicy_sample_generator_prints_the_defaults():
 
 
 # -- the agent, with Keystone credentials and no api_url -------------------------------
+
 
 def _agent_conf(tmp_path: pathlib.Path, keystone: Keystone, user: str, password: str):
     path = tmp_path / f"agent-{uuid.uuid4().hex[:8]}.conf"
@@ -485,14 +572,14 @@ project_domain_name = Default
     return make_conf([str(path)])
 
 
-def test_the_agent_finds_the_api_in_the_catalog_and_reports_with_its_token(exosuit,
-                                                                          tmp_path):
+def test_the_agent_finds_the_api_in_the_catalog_and_reports_with_its_token(exosuit, tmp_path):
     from exosuit.agent.main import build_agent
 
     empty_database(exosuit.db)
     agent_user = exosuit.keystone.users["exosuit"]  # the service user: role service
-    agent = build_agent(_agent_conf(tmp_path, exosuit.keystone, agent_user.name,
-                                    agent_user.password))
+    agent = build_agent(
+        _agent_conf(tmp_path, exosuit.keystone, agent_user.name, agent_user.password)
+    )
     # The catalog's internal endpoint, without /v2.
     assert agent.reporter.url == f"{exosuit.url}/agent/v1/hosts/catalog-host/inventory"
     snapshot = agent.snapshot()
@@ -503,11 +590,9 @@ def test_the_agent_finds_the_api_in_the_catalog_and_reports_with_its_token(exosu
     assert len(r.json["devices"]) == len(snapshot["devices"]) > 0
 
 
-def test_the_agent_stops_with_the_reason_when_keystone_refuses_its_password(exosuit,
-                                                                           tmp_path):
+def test_the_agent_stops_with_the_reason_when_keystone_refuses_its_password(exosuit, tmp_path):
     from exosuit.agent.main import build_agent
 
     conf = _agent_conf(tmp_path, exosuit.keystone, "exosuit", "not-the-password")
-    with pytest.raises(SystemExit, match="Keystone refused the agent's \\[agent\\] "
-                                         "credentials"):
+    with pytest.raises(SystemExit, match="Keystone refused the agent's \\[agent\\] credentials"):
         build_agent(conf)

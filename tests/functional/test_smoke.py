@@ -22,11 +22,16 @@ def test_profile_arq_bind_cycle(api):
     assert arq["state"] == "Initial"
 
     instance = str(uuid.uuid4())
-    r = api.patch("/v2/accelerator_requests", {arq["uuid"]: [
-        {"op": "add", "path": "/hostname", "value": "host1"},
-        {"op": "add", "path": "/device_rp_uuid", "value": rp},
-        {"op": "add", "path": "/instance_uuid", "value": instance},
-    ]})
+    r = api.patch(
+        "/v2/accelerator_requests",
+        {
+            arq["uuid"]: [
+                {"op": "add", "path": "/hostname", "value": "host1"},
+                {"op": "add", "path": "/device_rp_uuid", "value": rp},
+                {"op": "add", "path": "/instance_uuid", "value": instance},
+            ]
+        },
+    )
     assert r.status_code == 202, r.text
     r = api.get(f"/v2/accelerator_requests?instance={instance}&bind_state=resolved")
     assert r.status_code == 200, r.text

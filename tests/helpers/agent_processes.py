@@ -27,13 +27,20 @@ from pathlib import Path
 __all__ = ["BIN", "AgentProcess", "ApiProcess", "Relay", "call", "free_port", "wait_for"]
 
 BIN = os.path.dirname(sys.executable)
-STOP_TIMEOUT = 10.0
+STOP_TIMEOUT = 60.0
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def drain(stream, into: list) -> None:
+    """Read a process's output pipe until it ends, into ``into``; then close it (a
+    reader thread's target)."""
+    with stream:
+        into.extend(stream)
 
 
 def wait_for(predicate, timeout: float = 15.0, what: str = "", interval: float = 0.05):
@@ -87,14 +94,19 @@ class ApiProcess:
         self.config.write_text(
             f"[DEFAULT]\nstate_path = {workdir}\n"
             f"[database]\nconnection = {db_url}\n"
-            f"[api]\nhost_ip = 127.0.0.1\nport = {self.port}\nworkers = 1\nthreads = 4\n")
+            f"[api]\nhost_ip = 127.0.0.1\nport = {self.port}\nworkers = 1\nthreads = 4\n"
+            # New devices ready, as before activation existed: the tests bind them.
+            "[inventory]\nnew_device_activation = ready\n"
+        )
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 30.0) -> None:
         with open(self.log_path, "a") as log:
             self.process = subprocess.Popen(
                 [os.path.join(BIN, "exosuit-api"), "--config-file", str(self.config)],
-                stdout=log, stderr=subprocess.STDOUT)
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -103,8 +115,9 @@ class ApiProcess:
             except OSError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError("exosuit-api did not start:\n"
-                                       + self.log_path.read_text()[-3000:]) from None
+                    raise RuntimeError(
+                        "exosuit-api did not start:\n" + self.log_path.read_text()[-3000:]
+                    ) from None
                 time.sleep(0.1)
 
     @property
@@ -118,21 +131,41 @@ class ApiProcess:
 class AgentProcess:
     """``exosuit-agent run`` for host ``hostname`` on the sysfs tree ``sysfs_root``."""
 
-    def __init__(self, workdir: Path, hostname: str, api_url: str, sysfs_root: Path,
-                 drivers: str = "nvidia_gpu", **agent_options) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        hostname: str,
+        api_url: str,
+        sysfs_root: Path,
+        drivers: str = "nvidia_gpu",
+        **agent_options,
+    ) -> None:
         self.hostname = hostname
         self.workdir = workdir
         self.state_dir = workdir / "agent-state"
         self.log_path = workdir / "agent.log"
         self.config = workdir / "agent.conf"
-        options = {"report_interval": 1, "report_jitter": 0, "removal_grace": 2,
-                   "max_backoff": 1, "uevents": False, **agent_options}
+        options = {
+            "report_interval": 1,
+            "report_jitter": 0,
+            "removal_grace": 2,
+            "max_backoff": 1,
+            "uevents": False,
+            **agent_options,
+        }
         lines = [
-            "[DEFAULT]", f"host = {hostname}", f"state_path = {workdir}",
-            "[agent]", f"api_url = {api_url}", f"enabled_drivers = {drivers}",
-            f"state_dir = {self.state_dir}", f"sysfs_root = {sysfs_root}",
-            *(f"{key} = {str(value).lower() if isinstance(value, bool) else value}"
-              for key, value in options.items()),
+            "[DEFAULT]",
+            f"host = {hostname}",
+            f"state_path = {workdir}",
+            "[agent]",
+            f"api_url = {api_url}",
+            f"enabled_drivers = {drivers}",
+            f"state_dir = {self.state_dir}",
+            f"sysfs_root = {sysfs_root}",
+            *(
+                f"{key} = {str(value).lower() if isinstance(value, bool) else value}"
+                for key, value in options.items()
+            ),
         ]
         self.config.write_text("\n".join(lines) + "\n")
         self.process: subprocess.Popen | None = None
@@ -141,7 +174,9 @@ class AgentProcess:
         with open(self.log_path, "a") as log:
             self.process = subprocess.Popen(
                 [os.path.join(BIN, "exosuit-agent"), "run", "--config-file", str(self.config)],
-                stdout=log, stderr=subprocess.STDOUT)
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
 
     def signal(self, sig: int) -> None:
         self.process.send_signal(sig)
@@ -223,8 +258,15 @@ class Relay:
 
 
 def _handler(relay: Relay):
-    hop_by_hop = {"connection", "keep-alive", "transfer-encoding", "content-length", "host",
-                  "server", "date"}
+    hop_by_hop = {
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "content-length",
+        "host",
+        "server",
+        "date",
+    }
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -242,8 +284,7 @@ def _handler(relay: Relay):
                 self.close_connection = True  # dropped: it never reached the API
                 return
             try:
-                upstream = http.client.HTTPConnection("127.0.0.1", relay.upstream_port,
-                                                      timeout=60)
+                upstream = http.client.HTTPConnection("127.0.0.1", relay.upstream_port, timeout=60)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in hop_by_hop}
                 upstream.request(self.command, self.path, body=body, headers=headers)
                 response = upstream.getresponse()

@@ -7,21 +7,40 @@ from exosuit.agent.snapshot import build_snapshot
 from exosuit.drivers.base import AttachHandle, Deployable, Device, pci_cpid
 
 
-def fpga(address: str, *, handles: int = 16, name: str | None = None,
-         traits=("CUSTOM_FAKE_DEVICE",)) -> Device:
+def fpga(
+    address: str, *, handles: int = 16, name: str | None = None, traits=("CUSTOM_FAKE_DEVICE",)
+) -> Device:
     """A Cyborg-fake-driver-shaped FPGA at ``address`` with ``handles`` attach handles."""
     bus = address.split(":")[1]
     return Device(
-        type="FPGA", vendor="0xABCD", model="Fake FPGA", driver_name="fake",
-        controlpath_id=pci_cpid(address), pci_address=address, numa_node=0,
-        deployables=(Deployable(
-            name=name or f"fake_{address}", num_accelerators=handles, resource_class="FPGA",
-            traits=tuple(traits), driver_name="fake",
-            attach_handles=tuple(
-                AttachHandle("TEST_PCI", {"domain": "0000", "bus": bus,
-                                          "device": f"{i // 8:02x}", "function": str(i % 8)})
-                for i in range(handles)),
-        ),),
+        type="FPGA",
+        vendor="0xABCD",
+        model="Fake FPGA",
+        driver_name="fake",
+        controlpath_id=pci_cpid(address),
+        pci_address=address,
+        numa_node=0,
+        deployables=(
+            Deployable(
+                name=name or f"fake_{address}",
+                num_accelerators=handles,
+                resource_class="FPGA",
+                traits=tuple(traits),
+                driver_name="fake",
+                attach_handles=tuple(
+                    AttachHandle(
+                        "TEST_PCI",
+                        {
+                            "domain": "0000",
+                            "bus": bus,
+                            "device": f"{i // 8:02x}",
+                            "function": str(i % 8),
+                        },
+                    )
+                    for i in range(handles)
+                ),
+            ),
+        ),
     )
 
 

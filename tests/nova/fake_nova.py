@@ -39,11 +39,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 __all__ = ["FakeNova", "ReceivedRequest", "keystone_tokens", "static_tokens"]
 
 PATH = "/v2.1/os-server-external-events"
-EVENT_NAMES_2_1 = {"network-changed", "network-vif-plugged", "network-vif-unplugged",
-                   "network-vif-deleted"}
+EVENT_NAMES_2_1 = {
+    "network-changed",
+    "network-vif-plugged",
+    "network-vif-unplugged",
+    "network-vif-deleted",
+}
 # name → first microversion that accepts it
-LATER_EVENT_NAMES = {"volume-extended": (2, 51), "power-update": (2, 76),
-                     "accelerator-request-bound": (2, 82), "volume-reimaged": (2, 93)}
+LATER_EVENT_NAMES = {
+    "volume-extended": (2, 51),
+    "power-update": (2, 76),
+    "accelerator-request-bound": (2, 82),
+    "volume-reimaged": (2, 93),
+}
 STATUSES = {"failed", "completed", "in-progress"}
 MAX_VERSION = (2, 100)
 
@@ -68,8 +76,9 @@ def keystone_tokens(session, auth_url: str) -> TokenCheck:
         with lock:
             if token in cache:
                 return cache[token]
-        r = session.get(f"{auth_url}/auth/tokens", headers={"X-Subject-Token": token},
-                        raise_exc=False)
+        r = session.get(
+            f"{auth_url}/auth/tokens", headers={"X-Subject-Token": token}, raise_exc=False
+        )
         if r.status_code != 200:
             return None
         roles = {role["name"] for role in r.json()["token"].get("roles", [])}
@@ -93,8 +102,13 @@ class ReceivedRequest:
 class FakeNova:
     """Start with ``start()``; ``url`` is the compute endpoint (``…/v2.1``)."""
 
-    def __init__(self, check_token: TokenCheck, *, require_service_token: bool = False,
-                 none_accepted_status: int = 207) -> None:
+    def __init__(
+        self,
+        check_token: TokenCheck,
+        *,
+        require_service_token: bool = False,
+        none_accepted_status: int = 207,
+    ) -> None:
         self.check_token = check_token
         self.require_service_token = require_service_token
         self.none_accepted_status = none_accepted_status
@@ -123,15 +137,22 @@ class FakeNova:
         """Block until at least ``count`` requests arrived; all requests so far."""
         with self._changed:
             if not self._changed.wait_for(lambda: len(self.requests) >= count, timeout):
-                raise AssertionError(f"Nova got {len(self.requests)} request(s), not {count}, "
-                                     f"in {timeout} s: {self.requests}")
+                raise AssertionError(
+                    f"Nova got {len(self.requests)} request(s), not {count}, "
+                    f"in {timeout} s: {self.requests}"
+                )
             return list(self.requests)
 
     def events_for(self, server_uuid: str) -> list[dict]:
         """The events Nova accepted or refused for a server, in arrival order, as sent."""
         with self._lock:
-            return [e for r in self.requests if r.status in (200, 207)
-                    for e in r.body["events"] if e.get("server_uuid") == server_uuid]
+            return [
+                e
+                for r in self.requests
+                if r.status in (200, 207)
+                for e in r.body["events"]
+                if e.get("server_uuid") == server_uuid
+            ]
 
     def start(self) -> FakeNova:
         nova = self
@@ -150,9 +171,12 @@ class FakeNova:
         self._server.daemon_threads = True
         host, port = self._server.server_address[:2]
         self.url = f"http://{host}:{port}/v2.1"
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.05},
-                                        name="fake-nova", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-nova",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -184,8 +208,7 @@ class FakeNova:
         headers = {k: v for k, v in http.headers.items()}
         status, answer = self._answer(http.path, headers, body)
         with self._changed:
-            self.requests.append(ReceivedRequest("POST", http.path, headers, body, status,
-                                                 answer))
+            self.requests.append(ReceivedRequest("POST", http.path, headers, body, status, answer))
             self._changed.notify_all()
         self._reply(http, status, answer)
 
@@ -194,17 +217,29 @@ class FakeNova:
             return 404, _fault("itemNotFound", 404, f"No route for {path}")
         roles = self.check_token(headers.get("X-Auth-Token") or "")
         if roles is None:
-            return 401, {"error": {"code": 401, "title": "Unauthorized",
-                                   "message": "The request you have made requires "
-                                   "authentication."}}
+            return 401, {
+                "error": {
+                    "code": 401,
+                    "title": "Unauthorized",
+                    "message": "The request you have made requires authentication.",
+                }
+            }
         if self.require_service_token:
             service_roles = self.check_token(headers.get("X-Service-Token") or "")
             if service_roles is None or "service" not in service_roles:
-                return 401, {"error": {"code": 401, "title": "Unauthorized",
-                                       "message": "A valid service token is required."}}
+                return 401, {
+                    "error": {
+                        "code": 401,
+                        "title": "Unauthorized",
+                        "message": "A valid service token is required.",
+                    }
+                }
         if not roles & {"admin", "service"}:
-            return 403, _fault("forbidden", 403, "Policy doesn't allow "
-                               "os_compute_api:os-server-external-events:create")
+            return 403, _fault(
+                "forbidden",
+                403,
+                "Policy doesn't allow os_compute_api:os-server-external-events:create",
+            )
         with self._lock:
             if self._failures:
                 failure = self._failures.pop(0)
@@ -216,8 +251,9 @@ class FakeNova:
             return 406, _fault("notAcceptable", 406, "Version not supported")
         error = _invalid(body, version)
         if error:
-            return 400, _fault("badRequest", 400, f"Invalid input for field/attribute "
-                               f"events. {error}")
+            return 400, _fault(
+                "badRequest", 400, f"Invalid input for field/attribute events. {error}"
+            )
         answered = []
         accepted = []
         with self._lock:

@@ -79,8 +79,9 @@ class NovaReplay:
     def request_groups(self, profile: str) -> list[RequestGroup]:
         """``get_device_profile_request_groups``: one numbered group per profile group;
         ``resources:`` and ``trait:`` keys only (``accel:`` keys are skipped)."""
-        r = self._ok(self._call("GET", "/device_profiles", params={"name": profile}),
-                     "device profile")
+        r = self._ok(
+            self._call("GET", "/device_profiles", params={"name": profile}), "device profile"
+        )
         profiles = r.json().get("device_profiles")
         if not profiles or len(profiles) != 1:
             raise NovaError(f"Expected 1 device profile {profile}, got {profiles}")
@@ -92,8 +93,7 @@ class NovaReplay:
                 if prefix == "resources":
                     rg.resources[name] = int(value)
                 elif prefix == "trait":
-                    (rg.required_traits if value == "required"
-                     else rg.forbidden_traits).add(name)
+                    (rg.required_traits if value == "required" else rg.forbidden_traits).add(name)
             groups.append(rg)
         return groups
 
@@ -108,13 +108,17 @@ class NovaReplay:
         for group in groups:
             for dep in deployables:
                 # Cyborg's shape: a JSON string of one-key objects.
-                attributes = {k: v for a in json.loads(dep["attributes_list"])
-                              for k, v in a.items()}
+                attributes = {
+                    k: v for a in json.loads(dep["attributes_list"]) for k, v in a.items()
+                }
                 traits = {v for k, v in attributes.items() if k.startswith("trait")}
-                if (dep["name"].startswith(f"{host}_") and dep["rp_uuid"] not in taken
-                        and set(group.resources) <= {attributes.get("rc")}
-                        and group.required_traits <= traits
-                        and not group.forbidden_traits & traits):
+                if (
+                    dep["name"].startswith(f"{host}_")
+                    and dep["rp_uuid"] not in taken
+                    and set(group.resources) <= {attributes.get("rc")}
+                    and group.required_traits <= traits
+                    and not group.forbidden_traits & traits
+                ):
                     mapping[group.requester_id] = [dep["rp_uuid"]]
                     taken.add(dep["rp_uuid"])
                     break
@@ -124,23 +128,33 @@ class NovaReplay:
 
     # -- nova-conductor ------------------------------------------------------------------
 
-    def create_and_bind(self, server: Server, host: str,
-                        rg_rp_map: dict[str, list[str]]) -> list[dict]:
+    def create_and_bind(
+        self, server: Server, host: str, rg_rp_map: dict[str, list[str]]
+    ) -> list[dict]:
         """``create_arqs_and_match_resource_providers`` then ``bind_arqs``: one PATCH
         for every ARQ. A failed bind deletes the ARQs (``delete_arqs_by_uuid``) and
         raises, as the conductor aborts the build."""
-        r = self._ok(self._call("POST", ARQS, json={"device_profile_name": server.profile}),
-                     "create ARQs")
+        r = self._ok(
+            self._call("POST", ARQS, json={"device_profile_name": server.profile}), "create ARQs"
+        )
         arqs = r.json().get("arqs")
         if not arqs:
             raise NovaError(f"device profile name {server.profile}")
         bindings = {}
         for arq in arqs:
             rp = rg_rp_map[f"device_profile_{arq['device_profile_group_id']}"][0]
-            bindings[arq["uuid"]] = {"hostname": host, "device_rp_uuid": rp,
-                                     "instance_uuid": server.uuid}
-        patch = {u: [{"path": "/" + field, "op": "add", "value": value}
-                     for field, value in binding.items()] for u, binding in bindings.items()}
+            bindings[arq["uuid"]] = {
+                "hostname": host,
+                "device_rp_uuid": rp,
+                "instance_uuid": server.uuid,
+            }
+        patch = {
+            u: [
+                {"path": "/" + field, "op": "add", "value": value}
+                for field, value in binding.items()
+            ]
+            for u, binding in bindings.items()
+        }
         server.arqs = arqs
         r = self._call("PATCH", ARQS, json=patch)
         if not r:
@@ -168,16 +182,17 @@ class NovaReplay:
         waiting = set(uuids) - early
         deadline = time.monotonic() + self.timeout
         while True:
-            r = self._call("GET", ARQS, params={"instance": server.uuid,
-                                                "bind_state": "resolved"})
+            r = self._call("GET", ARQS, params={"instance": server.uuid, "bind_state": "resolved"})
             received = {e["tag"] for e in self.nova.accepted if e["server_uuid"] == server.uuid}
             if r.status_code != 423 and waiting <= received:
                 break
             if r.status_code not in (200, 423):
                 raise NovaError(f"poll: {r.status_code} {r.text}")
             if time.monotonic() > deadline:
-                raise NovaError(f"ARQs of {server.uuid} not bound in time: {r.status_code}, "
-                                f"events for {sorted(received)}")
+                raise NovaError(
+                    f"ARQs of {server.uuid} not bound in time: {r.status_code}, "
+                    f"events for {sorted(received)}"
+                )
             time.sleep(0.05)
         arqs = self.arqs_for_instance(server)
         failed = [a["uuid"] for a in arqs if a["state"] != "Bound"]

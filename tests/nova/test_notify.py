@@ -28,13 +28,19 @@ from tests.nova.conftest import (
 )
 from tests.nova.fake_nova import FakeNova, static_tokens
 
-TWO_GROUPS = [{"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"},
-              {"resources:FPGA": "1"}]
+TWO_GROUPS = [
+    {"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"},
+    {"resources:FPGA": "1"},
+]
 
 
 def event(instance: str, arq: str, status: str) -> dict:
-    return {"name": "accelerator-request-bound", "server_uuid": instance, "tag": arq,
-            "status": status}
+    return {
+        "name": "accelerator-request-bound",
+        "server_uuid": instance,
+        "tag": arq,
+        "status": status,
+    }
 
 
 def two_arqs_bound(cloud: Cloud, instance: str):
@@ -42,8 +48,9 @@ def two_arqs_bound(cloud: Cloud, instance: str):
     rps = cloud.report(HOST, ("0000:0c:00.0", "0000:0d:00.0"))
     cloud.profile("two", TWO_GROUPS)
     arqs = [a["uuid"] for a in cloud.create_arqs("two")]
-    r = cloud.bind([(arqs[0], rps["0000:0c:00.0"], instance),
-                    (arqs[1], rps["0000:0d:00.0"], instance)])
+    r = cloud.bind(
+        [(arqs[0], rps["0000:0c:00.0"], instance), (arqs[1], rps["0000:0d:00.0"], instance)]
+    )
     assert r.status_code == 202, r.text
     return arqs
 
@@ -59,13 +66,16 @@ def test_a_bind_sends_each_event_once_with_both_tokens(database, cloud_factory, 
     assert fake_nova.requests == []
     [job] = cloud.nova_jobs()
     assert job["state"] == "pending"
-    assert job["payload"]["arqs"] == [{"uuid": arqs[0], "status": "completed"},
-                                      {"uuid": arqs[1], "status": "completed"}]
+    assert job["payload"]["arqs"] == [
+        {"uuid": arqs[0], "status": "completed"},
+        {"uuid": arqs[1], "status": "completed"},
+    ]
 
     cloud.drain()
     [request] = fake_nova.requests
-    assert request.body == {"events": [event(instance, arqs[0], "completed"),
-                                       event(instance, arqs[1], "completed")]}
+    assert request.body == {
+        "events": [event(instance, arqs[0], "completed"), event(instance, arqs[1], "completed")]
+    }
     assert request.status == 200
     assert request.headers["X-Auth-Token"] == EXOSUIT_TOKEN
     assert request.headers["X-Service-Token"] == SERVICE_TOKEN
@@ -92,18 +102,23 @@ def test_one_post_per_instance(sqlite_database, cloud_factory, fake_nova):
         fake_nova.add_server(instance, HOST)
     [a] = cloud.create_arqs("one")
     [b] = cloud.create_arqs("one")
-    r = cloud.bind([(a["uuid"], rps["0000:0c:00.0"], first),
-                    (b["uuid"], rps["0000:0d:00.0"], second)])
+    r = cloud.bind(
+        [(a["uuid"], rps["0000:0c:00.0"], first), (b["uuid"], rps["0000:0d:00.0"], second)]
+    )
     assert r.status_code == 202, r.text
     cloud.drain()
-    bodies = sorted((r.body for r in fake_nova.requests),
-                    key=lambda b: b["events"][0]["server_uuid"] != first)
-    assert bodies == [{"events": [event(first, a["uuid"], "completed")]},
-                      {"events": [event(second, b["uuid"], "completed")]}]
+    bodies = sorted(
+        (r.body for r in fake_nova.requests), key=lambda b: b["events"][0]["server_uuid"] != first
+    )
+    assert bodies == [
+        {"events": [event(first, a["uuid"], "completed")]},
+        {"events": [event(second, b["uuid"], "completed")]},
+    ]
 
 
 def test_failed_binds_are_failed_events_even_once_nova_deleted_the_arqs(
-        database, cloud_factory, fake_nova):
+    database, cloud_factory, fake_nova
+):
     """Unknown provider and disabled device: the PATCH says 409, the ARQs are
     BindFailed, Nova deletes them (DELETE ?arqs=) before the conductor runs, and
     still gets a ``failed`` event for each."""
@@ -111,14 +126,18 @@ def test_failed_binds_are_failed_events_even_once_nova_deleted_the_arqs(
     instance = new_instance()
     fake_nova.add_server(instance, HOST)
     rps = cloud.report(HOST, ("0000:0c:00.0", "0000:0d:00.0"))
-    [device] = [d for d in cloud.admin.get("/v2/devices").json["devices"]
-                if d["hostname"] == HOST][:1]
+    [device] = [d for d in cloud.admin.get("/v2/devices").json["devices"] if d["hostname"] == HOST][
+        :1
+    ]
     cloud.profile("two", TWO_GROUPS)
     arqs = [a["uuid"] for a in cloud.create_arqs("two")]
     r = cloud.admin.post(f"/v2/devices/{device['uuid']}/disable")
     assert r.status_code == 200, r.text
-    disabled_rp = next(d["rp_uuid"] for d in cloud.admin.get("/v2/deployables").json[
-        "deployables"] if _device_of(cloud, d["uuid"]) == device["uuid"])
+    disabled_rp = next(
+        d["rp_uuid"]
+        for d in cloud.admin.get("/v2/deployables").json["deployables"]
+        if _device_of(cloud, d["uuid"]) == device["uuid"]
+    )
     assert disabled_rp in rps.values()
     unknown_rp = "5a8e7c3c-0000-4000-8000-00000000dead"
     r = cloud.bind([(arqs[0], unknown_rp, instance), (arqs[1], disabled_rp, instance)])
@@ -131,17 +150,20 @@ def test_failed_binds_are_failed_events_even_once_nova_deleted_the_arqs(
     assert r.status_code == 204, r.text
     cloud.drain()
     [request] = fake_nova.requests
-    assert request.body == {"events": [event(instance, arqs[0], "failed"),
-                                       event(instance, arqs[1], "failed")]}
+    assert request.body == {
+        "events": [event(instance, arqs[0], "failed"), event(instance, arqs[1], "failed")]
+    }
 
 
 def _device_of(cloud: Cloud, deployable_uuid: str) -> str:
     """The uuid of a deployable's device (GET /v2/devices lists no integer ids)."""
     with cloud.db.engine.connect() as conn:
         dep, dev = models.deployables, models.devices
-        return conn.execute(sa.select(dev.c.uuid).select_from(
-            dep.join(dev, dep.c.device_id == dev.c.id)).where(
-            dep.c.uuid == deployable_uuid)).scalar_one()
+        return conn.execute(
+            sa.select(dev.c.uuid)
+            .select_from(dep.join(dev, dep.c.device_id == dev.c.id))
+            .where(dep.c.uuid == deployable_uuid)
+        ).scalar_one()
 
 
 def test_a_refused_patch_queues_nothing(sqlite_database, cloud_factory, fake_nova):
@@ -165,8 +187,7 @@ def test_a_refused_patch_queues_nothing(sqlite_database, cloud_factory, fake_nov
     assert len(fake_nova.requests) == requests_before
 
 
-def test_nova_errors_are_retried_with_backoff_and_sent_once(database, cloud_factory,
-                                                           fake_nova):
+def test_nova_errors_are_retried_with_backoff_and_sent_once(database, cloud_factory, fake_nova):
     cloud = cloud_factory(database)
     instance = new_instance()
     fake_nova.add_server(instance, HOST)
@@ -176,8 +197,9 @@ def test_nova_errors_are_retried_with_backoff_and_sent_once(database, cloud_fact
     cloud.drain()
     statuses = [r.status for r in fake_nova.requests]
     assert statuses == [500, 500, 503, 200]
-    expected = {"events": [event(instance, arqs[0], "completed"),
-                           event(instance, arqs[1], "completed")]}
+    expected = {
+        "events": [event(instance, arqs[0], "completed"), event(instance, arqs[1], "completed")]
+    }
     assert all(r.body == expected for r in fake_nova.requests)
     assert fake_nova.events_for(instance) == expected["events"]  # taken once
     [job] = cloud.nova_jobs()
@@ -208,12 +230,16 @@ def closed_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize(("on_host", "code", "says"), [
-    (None, 422, "not on a host yet"),  # the bind was quicker than the build: normal
-    ("unknown", 404, "did not take event(s)"),  # Nova has no such server
-])
+@pytest.mark.parametrize(
+    ("on_host", "code", "says"),
+    [
+        (None, 422, "not on a host yet"),  # the bind was quicker than the build: normal
+        ("unknown", 404, "did not take event(s)"),  # Nova has no such server
+    ],
+)
 def test_207_with_per_event_codes_is_logged_and_not_retried(
-        sqlite_database, cloud_factory, fake_nova, caplog, on_host, code, says):
+    sqlite_database, cloud_factory, fake_nova, caplog, on_host, code, says
+):
     """Nova answers 207 with a code per event (as Nova 34 was seen to when it took
     none): logged, done, never resent."""
     cloud = cloud_factory(sqlite_database)
@@ -231,8 +257,9 @@ def test_207_with_per_event_codes_is_logged_and_not_retried(
     assert f"{arqs[0]}: {code}" in caplog.text and says in caplog.text
 
 
-def test_whole_request_404_is_a_warning_not_retried(sqlite_database, cloud_factory,
-                                                    fake_nova, caplog):
+def test_whole_request_404_is_a_warning_not_retried(
+    sqlite_database, cloud_factory, fake_nova, caplog
+):
     """No server took any event (Nova's controller says 404 then): the server is gone."""
     fake_nova.none_accepted_status = 404
     cloud = cloud_factory(sqlite_database)
@@ -265,7 +292,7 @@ def test_without_service_token_option_only_exosuits_token_is_sent(sqlite_databas
 
 def test_without_nova_credentials_nothing_is_sent(sqlite_database, fake_nova):
     """Standalone (no auth_type in [nova]): the job succeeds and sends nothing."""
-    cloud = Cloud(make_conf([]), sqlite_database)
+    cloud = Cloud(make_conf([], **{"inventory.new_device_activation": "ready"}), sqlite_database)
     two_arqs_bound(cloud, new_instance())
     cloud.drain()
     [job] = cloud.nova_jobs()

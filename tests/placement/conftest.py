@@ -27,12 +27,12 @@ import requests
 import sqlalchemy as sa
 
 from exosuit.api.deploy import loadapp
-from exosuit.conductor.worker import Services, Worker, load_handler_modules
+from exosuit.conductor.worker import Services, Worker
 from exosuit.db import models
+from exosuit.db.metrics import read_counters
 from exosuit.drivers.base import AttachHandle, Deployable, Device, pci_cpid
-from exosuit.metrics import read_counters
 from exosuit.placement.client import use_placement_url
-from tests.conftest import ApiClient, make_test_conf, require
+from tests.conftest import ApiClient, make_test_conf
 from tests.helpers.inventory import snapshot
 
 RUNNER = Path(__file__).with_name("placement_server.py")
@@ -57,15 +57,20 @@ class PlacementServer:
         (workdir / "placement.conf").write_text(
             "[DEFAULT]\ndebug = false\n"
             "[api]\nauth_strategy = noauth2\n"
-            f"[placement_database]\nconnection = sqlite:///{workdir}/placement.sqlite\n")
+            f"[placement_database]\nconnection = sqlite:///{workdir}/placement.sqlite\n"
+        )
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def sync_db(self, manage: str) -> None:
-        subprocess.run([manage, "--config-file", str(self.workdir / "placement.conf"),
-                        "db", "sync"], check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [manage, "--config-file", str(self.workdir / "placement.conf"), "db", "sync"],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         # NOTE: WAL (kept in the file): Placement's readers and its writer do not block
         # each other; with the default journal a GET during a write can make the
         # write fail with "database is locked" (a 500).
@@ -87,9 +92,20 @@ class PlacementServer:
                 # One request at a time: two writers at once on Placement's SQLite
                 # can fail with "database is locked" (a 500), and the tests write to
                 # it by hand while a conductor writes too.
-                [sys.executable, str(RUNNER), str(self.workdir), "--port", str(self.port),
-                 "--threads", "1", "--port-file", str(port_file)],
-                stdout=log, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    str(RUNNER),
+                    str(self.workdir),
+                    "--port",
+                    str(self.port),
+                    "--threads",
+                    "1",
+                    "--port-file",
+                    str(port_file),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -128,8 +144,9 @@ class PlacementAPI:
     def __init__(self, url: str) -> None:
         self.url = url
         self.session = requests.Session()
-        self.session.headers.update({"X-Auth-Token": "admin",
-                                     "OpenStack-API-Version": f"placement {NOVA_MICROVERSION}"})
+        self.session.headers.update(
+            {"X-Auth-Token": "admin", "OpenStack-API-Version": f"placement {NOVA_MICROVERSION}"}
+        )
 
     def request(self, method: str, path: str, body=None, expect: int | None = None):
         response = self.session.request(method, self.url + path, json=body, timeout=30)
@@ -174,30 +191,21 @@ class PlacementAPI:
 
     def allocate(self, consumer: str, provider: str, resources: dict) -> None:
         """PUT /allocations/{consumer}, as Nova's scheduler does."""
-        self.request("PUT", f"/allocations/{consumer}", {
-            "allocations": {provider: {"resources": resources}},
-            "project_id": uuid.uuid4().hex, "user_id": uuid.uuid4().hex,
-            "consumer_generation": None, "consumer_type": "INSTANCE",
-        }, expect=204)
+        self.request(
+            "PUT",
+            f"/allocations/{consumer}",
+            {
+                "allocations": {provider: {"resources": resources}},
+                "project_id": uuid.uuid4().hex,
+                "user_id": uuid.uuid4().hex,
+                "consumer_generation": None,
+                "consumer_type": "INSTANCE",
+            },
+            expect=204,
+        )
 
     def deallocate(self, consumer: str) -> None:
         self.request("DELETE", f"/allocations/{consumer}", expect=204)
-
-
-@pytest.fixture(scope="session")
-def placement(tmp_path_factory):
-    manage = _placement_manage()
-    try:
-        import placement.wsgi  # noqa: F401
-    except ImportError:
-        manage = None
-    require(manage is not None,
-            "openstack-placement is not installed (pip install -e '.[test]')")
-    server = PlacementServer(tmp_path_factory.mktemp("placement"))
-    server.sync_db(manage)
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -213,11 +221,16 @@ def hostname() -> str:
 
 
 def placement_conf(placement: PlacementServer, *, standalone: bool = True, **overrides):
-    conf = make_test_conf(**{"placement.manage_compute_providers": standalone,
-                             "placement.retry_interval": 1,
-                             "placement.max_retry_interval": 2,
-                             "conductor.poll_interval": 0.1,
-                             "conductor.backoff_base": 0.1, **overrides})
+    conf = make_test_conf(
+        **{
+            "placement.manage_compute_providers": standalone,
+            "placement.retry_interval": 1,
+            "placement.max_retry_interval": 2,
+            "conductor.poll_interval": 0.1,
+            "conductor.backoff_base": 0.1,
+            **overrides,
+        }
+    )
     use_placement_url(conf, placement.url)
     return conf
 
@@ -229,7 +242,6 @@ class Stack:
         self.conf = conf
         self.db = db
         self.api = ApiClient(loadapp(conf, db))
-        load_handler_modules(conf)  # as a conductor does at start
         self.worker = Worker(conf, db, services=Services(conf))
 
     def report(self, hostname: str, devices) -> dict:
@@ -250,22 +262,34 @@ class Stack:
 
     def make_due(self) -> None:
         jobs = models.jobs
-        self.db.write(lambda conn: conn.execute(
-            sa.update(jobs).where(jobs.c.state == "pending", jobs.c.id > 0)
-            .values(run_after=models.utcnow())))
+        self.db.write(
+            lambda conn: conn.execute(
+                sa.update(jobs)
+                .where(jobs.c.state == "pending", jobs.c.id > 0)
+                .values(run_after=models.utcnow())
+            )
+        )
 
     def pending(self, kind: str = "placement_sync") -> list[dict]:
         jobs = models.jobs
-        return [dict(r._mapping) for r in self.db.read(lambda conn: conn.execute(
-            sa.select(jobs).where(jobs.c.state == "pending", jobs.c.kind == kind)).all())]
+        return [
+            dict(r._mapping)
+            for r in self.db.read(
+                lambda conn: conn.execute(
+                    sa.select(jobs).where(jobs.c.state == "pending", jobs.c.kind == kind)
+                ).all()
+            )
+        ]
 
     def counters(self) -> dict:
         return self.db.read(read_counters)
 
     def calls(self, job: str | None = None) -> int:
-        return sum(v for (name, labels), v in self.counters().items()
-                   if name == "exosuit_placement_requests"
-                   and (job is None or dict(labels)["job"] == job))
+        return sum(
+            v
+            for (name, labels), v in self.counters().items()
+            if name == "exosuit_placement_requests" and (job is None or dict(labels)["job"] == job)
+        )
 
     def counter(self, name: str, **labels) -> int:
         return self.counters().get((name, tuple(sorted(labels.items()))), 0)
@@ -273,15 +297,25 @@ class Stack:
     def deployables(self, hostname: str) -> dict[str, str]:
         """deployable name -> rp_uuid for the host."""
         dep, dev = models.deployables, models.devices
-        return dict(self.db.read(lambda conn: conn.execute(
-            sa.select(dep.c.name, dep.c.rp_uuid).join(dev, dep.c.device_id == dev.c.id)
-            .where(dev.c.hostname == hostname)).all()))
+        return dict(
+            self.db.read(
+                lambda conn: conn.execute(
+                    sa.select(dep.c.name, dep.c.rp_uuid)
+                    .join(dev, dep.c.device_id == dev.c.id)
+                    .where(dev.c.hostname == hostname)
+                ).all()
+            )
+        )
 
     def device_uuid(self, hostname: str, address: str) -> str:
         dev = models.devices
-        return self.db.read(lambda conn: conn.execute(
-            sa.select(dev.c.uuid).where(dev.c.hostname == hostname,
-                                        dev.c.pci_address == address)).scalar_one())
+        return self.db.read(
+            lambda conn: conn.execute(
+                sa.select(dev.c.uuid).where(
+                    dev.c.hostname == hostname, dev.c.pci_address == address
+                )
+            ).scalar_one()
+        )
 
 
 @pytest.fixture
@@ -291,31 +325,58 @@ def stack(placement, placement_api, sqlite_database):
 
 # -- devices -------------------------------------------------------------------------
 
-def fpga(address: str, *, traits=("CUSTOM_FAKE_DEVICE",), functions: int = 4,
-         name: str | None = None) -> Device:
+
+def fpga(
+    address: str, *, traits=("CUSTOM_FAKE_DEVICE",), functions: int = 4, name: str | None = None
+) -> Device:
     """An FPGA with ``functions`` VFs: one deployable of ``functions`` accelerators."""
     bus = address.split(":")[1]
     return Device(
-        type="FPGA", vendor="0xABCD", model="Fake FPGA", driver_name="fake",
-        controlpath_id=pci_cpid(address), pci_address=address, numa_node=0,
-        deployables=(Deployable(
-            name=name or f"fpga_{address}", num_accelerators=functions,
-            resource_class="FPGA", traits=tuple(traits), driver_name="fake",
-            attach_handles=tuple(
-                AttachHandle("PCI", {"domain": "0000", "bus": bus, "device": "00",
-                                     "function": str(i + 1)})
-                for i in range(functions))),),
+        type="FPGA",
+        vendor="0xABCD",
+        model="Fake FPGA",
+        driver_name="fake",
+        controlpath_id=pci_cpid(address),
+        pci_address=address,
+        numa_node=0,
+        deployables=(
+            Deployable(
+                name=name or f"fpga_{address}",
+                num_accelerators=functions,
+                resource_class="FPGA",
+                traits=tuple(traits),
+                driver_name="fake",
+                attach_handles=tuple(
+                    AttachHandle(
+                        "PCI",
+                        {"domain": "0000", "bus": bus, "device": "00", "function": str(i + 1)},
+                    )
+                    for i in range(functions)
+                ),
+            ),
+        ),
     )
 
 
 def gpu(address: str, product: str = "20B0") -> Device:
     return Device(
-        type="GPU", vendor="10de", model="A100", driver_name="nvidia_gpu",
-        controlpath_id=pci_cpid(address), pci_address=address, numa_node=0,
-        deployables=(Deployable(
-            name=f"gpu_{address}", num_accelerators=1, resource_class="PGPU",
-            traits=("OWNER_CYBORG", f"CUSTOM_NVIDIA_{product}"), driver_name="nvidia_gpu",
-            attach_handles=(AttachHandle("PCI", pci_cpid(address)),)),),
+        type="GPU",
+        vendor="10de",
+        model="A100",
+        driver_name="nvidia_gpu",
+        controlpath_id=pci_cpid(address),
+        pci_address=address,
+        numa_node=0,
+        deployables=(
+            Deployable(
+                name=f"gpu_{address}",
+                num_accelerators=1,
+                resource_class="PGPU",
+                traits=("OWNER_CYBORG", f"CUSTOM_NVIDIA_{product}"),
+                driver_name="nvidia_gpu",
+                attach_handles=(AttachHandle("PCI", pci_cpid(address)),),
+            ),
+        ),
     )
 
 
@@ -323,20 +384,39 @@ def qat(address: str, vfs: int = 2) -> Device:
     """A device whose resource class is custom (CUSTOM_QAT)."""
     bus = address.split(":")[1]
     return Device(
-        type="QAT", vendor="0x8086", model="QAT", driver_name="intel_qat",
-        controlpath_id=pci_cpid(address), pci_address=address,
-        deployables=(Deployable(
-            name=f"qat_{address}", num_accelerators=vfs, resource_class="CUSTOM_QAT",
-            traits=("CUSTOM_QAT_SYM", "CUSTOM_QAT_ASYM"), driver_name="intel_qat",
-            attach_handles=tuple(
-                AttachHandle("PCI", {"domain": "0000", "bus": bus, "device": "01",
-                                     "function": str(i)}) for i in range(vfs))),),
+        type="QAT",
+        vendor="0x8086",
+        model="QAT",
+        driver_name="intel_qat",
+        controlpath_id=pci_cpid(address),
+        pci_address=address,
+        deployables=(
+            Deployable(
+                name=f"qat_{address}",
+                num_accelerators=vfs,
+                resource_class="CUSTOM_QAT",
+                traits=("CUSTOM_QAT_SYM", "CUSTOM_QAT_ASYM"),
+                driver_name="intel_qat",
+                attach_handles=tuple(
+                    AttachHandle(
+                        "PCI", {"domain": "0000", "bus": bus, "device": "01", "function": str(i)}
+                    )
+                    for i in range(vfs)
+                ),
+            ),
+        ),
     )
 
 
 def inventory(total: int, reserved: int = 0) -> dict:
-    return {"total": total, "reserved": reserved, "min_unit": 1, "max_unit": total,
-            "step_size": 1, "allocation_ratio": 1.0}
+    return {
+        "total": total,
+        "reserved": reserved,
+        "min_unit": 1,
+        "max_unit": total,
+        "step_size": 1,
+        "allocation_ratio": 1.0,
+    }
 
 
 def dumps(value) -> str:

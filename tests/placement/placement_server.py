@@ -31,8 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     from cheroot import wsgi as cheroot_wsgi
     from placement.wsgi.api import application
 
-    server = cheroot_wsgi.Server(("127.0.0.1", args.port), application,
-                                 numthreads=args.threads, server_name="placement")
+    server = cheroot_wsgi.Server(
+        ("127.0.0.1", args.port), application, numthreads=args.threads, server_name="placement"
+    )
     server.prepare()
     port = server.bind_addr[1]
     if args.port_file:

@@ -33,9 +33,11 @@ def test_placement_url_defaults_to_standalone_unless_configured(tmp_path):
     from exosuit.conf import make_conf
 
     path = tmp_path / "exosuit.conf"
-    path.write_text("[placement]\nmanage_compute_providers = false\n"
-                    "auth_type = password\nauth_url = http://keystone.example/v3\n"
-                    "username = exosuit\npassword = secret\n")
+    path.write_text(
+        "[placement]\nmanage_compute_providers = false\n"
+        "auth_type = password\nauth_url = http://keystone.example/v3\n"
+        "username = exosuit\npassword = secret\n"
+    )
     conf = make_conf([str(path)])
     use_placement_url(conf, "http://placement.example:8778")
     assert conf.placement.manage_compute_providers is False  # the file's choice stays
@@ -43,9 +45,13 @@ def test_placement_url_defaults_to_standalone_unless_configured(tmp_path):
 
 
 def test_requests_name_their_microversion_and_are_counted(client):
-    response = client.adapter.request("/", "GET", raise_exc=False,
-                                      microversion=placement_client.MICROVERSION,
-                                      microversion_service_type="placement")
+    response = client.adapter.request(
+        "/",
+        "GET",
+        raise_exc=False,
+        microversion=placement_client.MICROVERSION,
+        microversion_service_type="placement",
+    )
     assert response.status_code == 200
     assert client.find_provider(f"nobody-{uuid.uuid4().hex}") is None
     provider = client.create_provider(str(uuid.uuid4()), f"p-{uuid.uuid4().hex}", None)

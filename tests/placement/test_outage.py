@@ -33,7 +33,7 @@ def test_placement_outage(stack, placement, placement_api, hostname):
         metrics = stack.api.get("/metrics").text
         assert "exosuit_placement_hosts_pending 1.0" in metrics
         # Drift repair meanwhile: the pending sync becomes a verifying one, still one job.
-        from exosuit.conductor import jobs
+        from exosuit.db import jobs
 
         stack.db.write(lambda conn: jobs.enqueue(conn, "placement_reconcile", {}))
         stack.run_jobs(due=True)
@@ -48,7 +48,8 @@ def test_placement_outage(stack, placement, placement_api, hostname):
     tree = placement_api.tree(hostname)
     assert set(tree["children"]) == set(rps.values())
     assert tree["children"][rps["fpga_0000:0c:00.0"]]["inventories"] == {
-        "FPGA": inventory(4, reserved=4)}
+        "FPGA": inventory(4, reserved=4)
+    }
     assert tree["children"][rps["gpu_0000:3b:00.0"]]["inventories"] == {"PGPU": inventory(1)}
     assert "exosuit_placement_hosts_pending 0.0" in stack.api.get("/metrics").text
     assert stack.calls() > before

@@ -8,6 +8,7 @@ import time
 import uuid
 
 import pytest
+import requests
 
 from tests.functional.serve_fixture import ExosuitServer, _script
 from tests.placement.conftest import inventory
@@ -26,14 +27,28 @@ class PlacementServe(ExosuitServer):
         import os
         import threading
 
-        argv = [_script("exosuit"), "serve", "--host", "127.0.0.1", "--port", "0",
-                "--data-dir", str(self.data_dir), *self.extra]
+        argv = [
+            _script("exosuit"),
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--data-dir",
+            str(self.data_dir),
+            *self.extra,
+        ]
         for path in self.config_files:
             argv += ["--config-file", str(path)]
         began = time.monotonic()
         self.process = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         try:
@@ -58,9 +73,11 @@ def _wait(condition, timeout: float = 60.0):
 def served(placement, placement_api, tmp_path):
     host = f"serve-{uuid.uuid4().hex[:8]}"
     config = tmp_path / "exosuit.conf"
-    config.write_text(f"[DEFAULT]\nhost = {host}\n"
-                      "[agent]\nenabled_drivers = simulated\n"
-                      "[conductor]\npoll_interval = 0.2\n")
+    config.write_text(
+        f"[DEFAULT]\nhost = {host}\n"
+        "[agent]\nenabled_drivers = simulated\n"
+        "[conductor]\npoll_interval = 0.2\n"
+    )
     server = PlacementServe(tmp_path / "data", [config], ["--placement-url", placement.url])
     try:
         yield server.start()
@@ -79,17 +96,36 @@ def test_serve_keeps_placement_equal_to_its_simulated_devices(served, placement_
         if not placement_api.providers(name=host):
             return None
         found = placement_api.tree(host)
-        return found if len(found["children"]) == 2 and all(
-            c["inventories"] and len(c["traits"]) > 1 for c in found["children"].values()
-        ) else None
+        return (
+            found
+            if len(found["children"]) == 2
+            and all(c["inventories"] and len(c["traits"]) > 1 for c in found["children"].values())
+            else None
+        )
 
     found = _wait(tree)
     assert set(found["children"]) == {d["rp_uuid"] for d in deployables}
     by_rc = {next(iter(c["inventories"])): c for c in found["children"].values()}
     assert by_rc["FPGA"]["inventories"] == {"FPGA": inventory(16)}
     assert by_rc["FPGA"]["traits"] == {"CUSTOM_FAKE_DEVICE", "OWNER_CYBORG"}
+    # serve offers its simulated devices at once; a GPU made inactive is fully reserved
+    # until an operator marks it ready again and the agent installs it (doc/devices.md).
     assert by_rc["PGPU"]["inventories"] == {"PGPU": inventory(1)}
     assert "OWNER_CYBORG" in by_rc["PGPU"]["traits"]
+    gpu_rp = next(u for u, c in found["children"].items() if "PGPU" in c["inventories"])
+    for state, reserved in (("inactive", 1), ("ready", 0)):
+        response = requests.post(
+            served.url + "/v2/device_activations",
+            json={"state": state, "type": "GPU"},
+            headers={"OpenStack-API-Version": "accelerator 2.7"},
+            timeout=10,
+        )
+        assert response.status_code == 202, response.text
+        _wait(
+            lambda r=reserved: (
+                placement_api.inventories(gpu_rp) == {"PGPU": inventory(1, reserved=r)}
+            )
+        )
 
     # Disabling a device through the API reaches Placement.
     devices = served.get("/v2/devices").json()["devices"]

@@ -62,11 +62,11 @@ def test_provider_uuids_survive_restarts_and_rediscovery(stack, placement_api, h
     stack.run_jobs()
     assert stack.deployables(hostname) == first
     assert placement_api.provider(first["fpga_0000:0c:00.0"])["name"] == (
-        f"{hostname}_fpga_0000:0c:00.0")
+        f"{hostname}_fpga_0000:0c:00.0"
+    )
 
 
-def test_cloud_mode_waits_for_nova_compute(placement, placement_api, sqlite_database,
-                                           hostname):
+def test_cloud_mode_waits_for_nova_compute(placement, placement_api, sqlite_database, hostname):
     from tests.placement.conftest import Stack, placement_conf
 
     stack = Stack(placement_conf(placement, standalone=False), sqlite_database)
@@ -79,8 +79,9 @@ def test_cloud_mode_waits_for_nova_compute(placement, placement_api, sqlite_data
 
     # nova-compute registers the compute node (its own uuid); the sync then nests under it.
     compute = str(uuid.uuid4())
-    placement_api.request("POST", "/resource_providers", {"uuid": compute, "name": hostname},
-                          expect=200)
+    placement_api.request(
+        "POST", "/resource_providers", {"uuid": compute, "name": hostname}, expect=200
+    )
     assert _outcomes(stack.run_jobs(due=True)) == ["succeeded"]
     tree = placement_api.tree(hostname)
     assert tree["root"]["uuid"] == compute
@@ -96,13 +97,18 @@ def test_a_change_reaches_placement_as_one_job(stack, placement_api, hostname):
 
     # A trait added and the VF count changed in one report: one job, two writes
     # (plus the new custom trait).
-    stack.report(hostname, [fpga("0000:0c:00.0", functions=8,
-                                 traits=("CUSTOM_FAKE_DEVICE", "CUSTOM_REGION_42"))])
+    stack.report(
+        hostname,
+        [fpga("0000:0c:00.0", functions=8, traits=("CUSTOM_FAKE_DEVICE", "CUSTOM_REGION_42"))],
+    )
     assert len(stack.pending()) == 1
     assert _outcomes(stack.run_jobs()) == ["succeeded"]
     assert placement_api.inventories(rp) == {"FPGA": inventory(8)}
-    assert set(placement_api.traits(rp)) == {"CUSTOM_FAKE_DEVICE", "CUSTOM_REGION_42",
-                                             "OWNER_CYBORG"}
+    assert set(placement_api.traits(rp)) == {
+        "CUSTOM_FAKE_DEVICE",
+        "CUSTOM_REGION_42",
+        "OWNER_CYBORG",
+    }
     assert stack.calls() - calls == 3  # PUT trait, PUT inventories, PUT traits
 
     # Disabling the device reserves all of it; enabling gives it back: a job each.
@@ -127,8 +133,7 @@ def test_missing_device_is_reserved_until_it_returns(stack, placement_api, hostn
     rp = stack.deployables(hostname)["fpga_0000:0c:00.0"]
     body = make_snapshot(hostname, [fpga("0000:0c:00.0")])
     body["devices"][0]["missing_since"] = "2026-01-01T00:00:00Z"
-    assert stack.api.put(f"/agent/v1/hosts/{hostname}/inventory",
-                         rehash(body)).status_code == 200
+    assert stack.api.put(f"/agent/v1/hosts/{hostname}/inventory", rehash(body)).status_code == 200
     stack.run_jobs()
     assert placement_api.inventories(rp) == {"FPGA": inventory(4, reserved=4)}
     stack.report(hostname, [fpga("0000:0c:00.0")])
@@ -140,8 +145,12 @@ def test_unhealthy_deployable_is_reserved(stack, placement_api, hostname):
     import dataclasses
 
     device = fpga("0000:0c:00.0")
-    sick = dataclasses.replace(device, deployables=(dataclasses.replace(
-        device.deployables[0], extra_attributes=(("health", "critical"),)),))
+    sick = dataclasses.replace(
+        device,
+        deployables=(
+            dataclasses.replace(device.deployables[0], extra_attributes=(("health", "critical"),)),
+        ),
+    )
     stack.report(hostname, [sick])
     stack.run_jobs()
     rp = stack.deployables(hostname)["fpga_0000:0c:00.0"]
@@ -159,8 +168,7 @@ def test_an_unchanged_host_costs_no_placement_call(stack, placement_api, hostnam
     # A report that changes nothing Placement sees (firmware version): a job, no call.
     import dataclasses
 
-    stack.report(hostname, [dataclasses.replace(devices[0], firmware_version="2.0"),
-                            devices[1]])
+    stack.report(hostname, [dataclasses.replace(devices[0], firmware_version="2.0"), devices[1]])
     assert _outcomes(stack.run_jobs()) == ["succeeded"]
     assert stack.calls() == calls
     assert stack.counter("exosuit_placement_syncs", job="sync", result="succeeded") == 2
@@ -177,8 +185,10 @@ def test_a_new_deployable_costs_at_most_four_calls(stack, placement_api, hostnam
     # A custom trait Placement does not have yet: one more.
     calls = stack.calls()
     new_trait = f"CUSTOM_T_{uuid.uuid4().hex[:8].upper()}"
-    stack.report(hostname, [fpga("0000:0c:00.0"), fpga("0000:0d:00.0"),
-                            fpga("0000:0e:00.0", traits=(new_trait,))])
+    stack.report(
+        hostname,
+        [fpga("0000:0c:00.0"), fpga("0000:0d:00.0"), fpga("0000:0e:00.0", traits=(new_trait,))],
+    )
     stack.run_jobs()
     assert stack.calls() - calls == 4
     rp = stack.deployables(hostname)["fpga_0000:0e:00.0"]
@@ -209,8 +219,10 @@ def test_removal_with_allocations_waits_for_them(stack, placement_api, hostname)
     assert placement_api.inventories(rp) == {"FPGA": inventory(4, reserved=4)}
     assert 'exosuit_placement_providers{state="removing"} 1.0' in stack.api.get("/metrics").text
     # Nothing new lands on it meanwhile.
-    candidates = placement_api.get("/allocation_candidates?resources=FPGA:1"
-                                   f"&in_tree={placement_api.tree(hostname)['root']['uuid']}")
+    candidates = placement_api.get(
+        "/allocation_candidates?resources=FPGA:1"
+        f"&in_tree={placement_api.tree(hostname)['root']['uuid']}"
+    )
     assert candidates["allocation_requests"] == []
     # Still allocated: the retry changes nothing (one DELETE refused).
     calls = stack.calls()
@@ -262,15 +274,16 @@ def test_operator_attributes_reach_placement(stack, placement_api, hostname):
     stack.run_jobs()
     rp = stack.deployables(hostname)["fpga_0000:0c:00.0"]
     dep = models.deployables
-    deployable_id = stack.db.read(lambda conn: conn.execute(
-        sa.select(dep.c.id).where(dep.c.rp_uuid == rp)).scalar_one())
-    created = stack.api.post("/v2/attributes", {"deployable_id": deployable_id,
-                                                "key": "trait9", "value": "CUSTOM_GOLD"})
+    deployable_id = stack.db.read(
+        lambda conn: conn.execute(sa.select(dep.c.id).where(dep.c.rp_uuid == rp)).scalar_one()
+    )
+    created = stack.api.post(
+        "/v2/attributes", {"deployable_id": deployable_id, "key": "trait9", "value": "CUSTOM_GOLD"}
+    )
     assert created.status_code == 201, created.text
     assert len(stack.pending()) == 1
     stack.run_jobs()
-    assert set(placement_api.traits(rp)) == {"CUSTOM_FAKE_DEVICE", "CUSTOM_GOLD",
-                                             "OWNER_CYBORG"}
+    assert set(placement_api.traits(rp)) == {"CUSTOM_FAKE_DEVICE", "CUSTOM_GOLD", "OWNER_CYBORG"}
     # Kept across the agent's reports, and gone with the attribute.
     stack.report(hostname, [fpga("0000:0c:00.0", functions=2)])
     stack.run_jobs()
@@ -280,8 +293,9 @@ def test_operator_attributes_reach_placement(stack, placement_api, hostname):
     assert set(placement_api.traits(rp)) == {"CUSTOM_FAKE_DEVICE", "OWNER_CYBORG"}
 
 
-def test_a_host_without_accelerators_needs_no_compute_node(placement, placement_api,
-                                                          sqlite_database, hostname):
+def test_a_host_without_accelerators_needs_no_compute_node(
+    placement, placement_api, sqlite_database, hostname
+):
     from tests.placement.conftest import Stack, placement_conf
 
     stack = Stack(placement_conf(placement, standalone=False), sqlite_database)

@@ -82,6 +82,28 @@ def test_a_policy_file_edit_takes_effect(tmp_path):
         cache.authorize(RULE, _target(member), member)
 
 
+def test_a_policy_file_made_invalid_while_running_keeps_the_rules_and_says_so(tmp_path, caplog):
+    """Regression (issue 14): one 500, then the old rules stayed in force silently."""
+    enforcer = _enforcer(tmp_path, f'"{RULE}": "role:member"\n')
+    cache = DecisionCache(enforcer, recheck=0)
+    member, reader = _context("member"), _context("reader")
+    cache.authorize(RULE, _target(member), member)
+    path = tmp_path / "policy.yaml"
+    path.write_text(f'"{RULE}": [unclosed\n')
+    stat = os.stat(path)
+    os.utime(path, (stat.st_atime, stat.st_mtime + 10))
+    for _ in range(2):  # no exception but the policy's own answers, asked twice
+        cache.authorize(RULE, _target(member), member)
+        with pytest.raises(policy.PolicyNotAuthorized):
+            cache.authorize(RULE, _target(reader), reader)
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert errors and "policy file is invalid" in errors[0].getMessage()
+    # Mended: the new rules take effect.
+    path.write_text(f'"{RULE}": "role:reader"\n')
+    os.utime(path, (stat.st_atime, stat.st_mtime + 20))
+    cache.authorize(RULE, _target(reader), reader)
+
+
 def test_rules_with_remote_checks_are_not_remembered(tmp_path):
     # An http: check asks another server, whose answer may change: never cached.
     enforcer = _enforcer(tmp_path, f'"{RULE}": "role:member or http://127.0.0.1:9/x"\n')

@@ -1,33 +1,111 @@
-"""/agent/v1: agents put their host's inventory snapshot and get its desired state."""
+"""/agent/v1: agents put their host's inventory snapshot and get its desired state
+(in the answer, or polled with ``GET …/desired_state``)."""
 
 from __future__ import annotations
 
-import random
+import functools
+from typing import Any
 
 from exosuit import schemas
 from exosuit.api import wsgi
 from exosuit.api.policies import agent as policies
+from exosuit.db import changes, models
+from exosuit.db import desired_state as desired_db
 from exosuit.db import inventory as db
+from exosuit.db import programs as programs_db
+from exosuit.metrics import Counter
+
+# Counted by exosuit/db/changes.py: the version an API process's cache of host reports
+# compares (exosuit/api/report_cache.py).
+CHANGES = Counter(
+    changes.HOST_REPORTS,
+    "Committed transactions that changed a host's snapshot hash or desired-state "
+    "generation (or added or deleted a host), by slot (one of 16 rows, so that writers do "
+    "not queue on one): their sum is the version the API's cache of host reports compares.",
+    ("slot",),
+)
 
 
 def put_inventory(req: wsgi.Request):
-    """200 ``{"hostname", "hash", "changed", "desired_state"}``.
+    """200 ``{"hostname", "hash", "changed", "desired_state"}`` (``desired_state`` as
+    ``GET …/desired_state`` answers it).
 
     The snapshot is complete (every device of the host); its difference from
     the database is applied in one transaction. When its hash equals the last
-    one applied, nothing is written (and the body is not even validated). A
-    body with only ``schema_version`` and ``hash`` asks whether the API has
-    that snapshot: 200 if so, 412 if not (send it whole). A snapshot that
-    breaks the schema (or whose hash does not match its content) gets a 400
-    and nothing is written. While ``[api] inventory_concurrency`` snapshots are
-    being applied by this process, another changed one waits up to ``[api]
-    inventory_wait`` seconds for its turn, then gets 429 + Retry-After.
+    one applied, the body is not even validated and nothing is written but, at
+    most once per ``[api] report_age_resolution`` seconds, the host's last report
+    time. A body with only ``schema_version`` and ``hash`` asks whether the API has
+    that snapshot: 200 if so, 412 if not (send it whole). A snapshot that breaks
+    the schema (or whose hash does not match its content) gets a 400 and nothing
+    is written. While ``[api] inventory_concurrency`` snapshots are being applied
+    by this process, another changed one waits up to ``[api] inventory_wait``
+    seconds for its turn, then gets 429 + Retry-After.
+
+    An unchanged report that wrote nothing, sent with the header
+    ``Exosuit-Desired-Generation`` naming the host's current desired-state generation
+    (the agent holds that state), is answered without ``desired_state``: one indexed
+    read in all, or none of its own when this process read the host since and the
+    counter of such changes, read once for the reports that came meanwhile, says
+    nothing changed (exosuit/api/report_cache.py).
     """
     req.app.authorize(req, policies.REPORT)
     hostname = req.arg("hostname")
+    body = _report(req, hostname)
+    known = _known(req, hostname)
+    if known is not None and known.snapshot_hash == body["hash"]:
+        changed, wrote = False, _touch(req, known, hostname, body)
+        held = not wrote and _holds(req, known)
+    else:
+        changed, held, wrote = _apply(req, hostname, body, new=known is None), False, True
+    if wrote:  # or may have: read the host again next time
+        req.app.host_reports.forget(hostname)
+    answer: dict[str, Any] = {"hostname": hostname, "hash": body["hash"], "changed": changed}
+    if not held:
+        answer["desired_state"] = req.app.db.read(desired_db.desired_state, hostname)
+    return wsgi.json_response(200, answer)
+
+
+def get_desired_state(req: wsgi.Request):
+    """200 the host's desired state ``{"generation", "programs": [...]}`` with ``ETag:
+    "<generation>"``; 304 when ``If-None-Match`` names the current generation (the
+    agent polls it every ``[agent] desired_state_interval``). A host never seen has
+    generation 0 and nothing to run."""
+    req.app.authorize(req, policies.REPORT)
+    hostname = req.arg("hostname")
+    current = req.app.db.read(programs_db.generation, hostname)
+    if str(current) in req.if_none_match:  # webob's matcher holds the tags unquoted
+        return wsgi.json_response(304, headers=[("ETag", _etag(current))])
+    desired = req.app.db.read(desired_db.desired_state, hostname)
+    return wsgi.json_response(200, desired, headers=[("ETag", _etag(desired["generation"]))])
+
+
+def _etag(generation: int) -> str:
+    return f'"{generation}"'
+
+
+def _known(req: wsgi.Request, hostname: str) -> db.HostReport | None:
+    """What an unchanged report of ``hostname`` is answered from: this process's entry if
+    nothing it shows changed since, else read (and kept)."""
+    cache = req.app.host_reports
+    known = cache.get(hostname)
+    if known is not None:
+        return known
+    found = req.app.db.read(db.host_report_versioned, hostname)
+    if found is None:
+        return None
+    cache.put(hostname, *found)
+    return found[1]
+
+
+def _report(req: wsgi.Request, hostname: str) -> dict[str, Any]:
+    """The body, checked only as far as an unchanged report needs: its hash, its
+    schema version and its host."""
     body = wsgi.extract_json(req)
-    if (not isinstance(body, dict) or not isinstance(body.get("hash"), str)
-            or body.get("schema_version") != 1):
+    if (
+        not isinstance(body, dict)
+        or not isinstance(body.get("hash"), str)
+        or body.get("schema_version") != 1
+    ):
         wsgi.validate(body, schemas.inventory_schema())  # names what is wrong
     if body.get("hostname", hostname) != hostname:
         raise wsgi.ApiError(
@@ -36,34 +114,101 @@ def put_inventory(req: wsgi.Request):
             f"{hostname!r}: a host has one name everywhere.",
             "exosuit.inventory.hostname",
         )
-    known = req.app.db.read(db.host_hash, hostname) == body["hash"]
-    if known:
-        changed = False
-    elif "devices" not in body:
-        raise wsgi.ApiError(412, f"The API does not have snapshot {body['hash']} of host "
-                            f"{hostname}: send the whole snapshot.", "exosuit.inventory.unknown")
-    else:
-        # Wait for a slot before the costly part (validation, hashing, the write), and
-        # only so long: a boot storm queues here briefly instead of piling up on the
-        # database, and what cannot be served soon is told when to come back.
-        if not req.app.inventory_slots.acquire(timeout=req.app.conf.api.inventory_wait):
-            raise wsgi.ApiError(
-                429, "The API is applying other hosts' inventories; retry later.",
-                "exosuit.inventory.busy",
-                headers=[("Retry-After", str(random.randint(1, 3)))],
-            )
-        try:
-            wsgi.validate(body, schemas.inventory_schema())
-            expected = schemas.snapshot_hash(body["devices"], body.get("driver_errors", []))
-            if expected != body["hash"]:
-                raise wsgi.ApiError(400, f"The snapshot's hash {body['hash']} does not match "
-                                    f"its content ({expected}).", "exosuit.inventory.hash")
-            changed = req.app.db.write(db.apply_snapshot, hostname, body).changed
-        finally:
-            req.app.inventory_slots.release()
-    return wsgi.json_response(200, {
-        "hostname": hostname,
-        "hash": body["hash"],
-        "changed": changed,
-        "desired_state": {},
-    })
+    return body
+
+
+def _verify(body: dict[str, Any]) -> None:
+    """400 unless the whole snapshot matches the schema and its hash its content."""
+    wsgi.validate(body, schemas.inventory_schema())
+    expected = schemas.snapshot_hash(
+        body["devices"], body.get("driver_errors", []), body.get("drivers")
+    )
+    if expected != body["hash"]:
+        raise wsgi.ApiError(
+            400,
+            f"The snapshot's hash {body['hash']} does not match its content ({expected}).",
+            "exosuit.inventory.hash",
+        )
+
+
+@functools.cache
+def _extras_schema() -> dict[str, Any]:
+    """What an unchanged report carries beside its hash and is kept: the generation its
+    agent observed and its usage, as the snapshot's schema bounds them."""
+    properties = schemas.inventory_schema()["properties"]
+    return {
+        "type": "object",
+        "properties": {k: properties[k] for k in ("observed_generation", "usage")},
+    }
+
+
+def _holds(req: wsgi.Request, known: db.HostReport) -> bool:
+    """Whether the agent says it holds the host's current desired state: its
+    ``Exosuit-Desired-Generation`` header names that generation (a header that is not a
+    whole number is ignored: the answer carries the desired state)."""
+    value = req.environ.get("HTTP_EXOSUIT_DESIRED_GENERATION")
+    return (
+        value is not None
+        and value.isascii()
+        and value.isdigit()
+        and len(value) <= 10
+        and int(value) == known.desired_generation
+    )
+
+
+def _touch(req: wsgi.Request, known: db.HostReport, hostname: str, body: dict[str, Any]) -> bool:
+    """An unchanged report: move the host's last report time, with the report's usage,
+    at most once per ``[api] report_age_resolution`` seconds, and the generation its
+    agent observed when that moved (nothing else is written; what is written is
+    checked against the snapshot's schema first). Whether it wrote."""
+    resolution = req.app.conf.api.report_age_resolution
+    stale = _stale(known, resolution)
+    observed = body.get("observed_generation")
+    moved = known.moved(observed) if isinstance(observed, int) else observed is not None
+    if not (stale or moved):
+        return False
+    extras = {k: body[k] for k in ("observed_generation", "usage") if k in body}
+    if not stale:
+        extras.pop("usage", None)
+    wsgi.validate(extras, _extras_schema())
+    req.app.db.write(
+        db.touch_host,
+        hostname,
+        body["hash"],
+        resolution,
+        usage=extras.get("usage"),
+        observed_generation=observed if moved else None,
+    )
+    return True
+
+
+def _apply(req: wsgi.Request, hostname: str, body: dict[str, Any], *, new: bool) -> bool:
+    """A changed report: 412 if it is only a hash, else verified and applied in one
+    transaction once an admission slot is free (429 when none comes). Whether the
+    database changed. ``new``: the host had no row when the report came."""
+    if "devices" not in body:
+        raise wsgi.ApiError(
+            412,
+            f"The API does not have snapshot {body['hash']} of host "
+            f"{hostname}: send the whole snapshot.",
+            "exosuit.inventory.unknown",
+        )
+    # The costly part (validation, hashing, the write) waits for a slot.
+    with req.app.inventory_admission.slot():
+        _verify(body)
+        return req.app.db.write(
+            db.apply_snapshot, hostname, body, new_devices=_new_devices(req), expect_new=new
+        ).changed
+
+
+def _new_devices(req: wsgi.Request) -> db.NewDevices:
+    """How the devices a snapshot reports for the first time start ([inventory])."""
+    options = req.app.conf.inventory
+    return db.NewDevices(options.new_device_activation, frozenset(options.ready_drivers))
+
+
+def _stale(known: db.HostReport, resolution: float) -> bool:
+    """Whether an unchanged report should move the host's last report time."""
+    if known.last_report_at is None:
+        return True
+    return (models.utcnow() - known.last_report_at).total_seconds() >= resolution

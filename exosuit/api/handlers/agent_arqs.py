@@ -23,7 +23,9 @@ def put_host_work(req: wsgi.Request):
     error = None
     if body["result"] == "failed":
         error = body.get("reason") or "the host could not do the work this bind needs"
-    arq = req.app.db.write(db.finish_host_work, req.arg("hostname"), req.arg("uuid").lower(),
-                           error=error)
-    return wsgi.json_response(200, {"uuid": arq["uuid"], "hostname": arq["hostname"],
-                                    "state": arq["state"]})
+    arq = req.app.db.write(
+        db.finish_host_work, req.arg("hostname"), req.arg("uuid").lower(), error=error
+    )
+    return wsgi.json_response(
+        200, {"uuid": arq["uuid"], "hostname": arq["hostname"], "state": arq["state"]}
+    )

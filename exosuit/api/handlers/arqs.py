@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import cast
+
 from exosuit import exceptions
 from exosuit.api import pagination, wsgi
+from exosuit.api.handlers import programs
 from exosuit.api.policies import arqs as policies
 from exosuit.api.schemas import arqs as schema
+from exosuit.api.schemas import limits
 from exosuit.db import arqs as db
 
 SORT_KEYS = set(db.SORT_COLUMNS)
@@ -13,7 +18,7 @@ _BIND_FIELDS = ("hostname", "device_rp_uuid", "instance_uuid")
 
 
 def _serialize(req: wsgi.Request, arq: dict) -> dict:
-    return {
+    body = {
         "uuid": arq["uuid"],
         "state": arq["state"],
         "device_profile_name": arq["device_profile_name"],
@@ -29,6 +34,9 @@ def _serialize(req: wsgi.Request, arq: dict) -> dict:
         "updated_at": wsgi.format_time(arq["updated_at"]),
         "links": [req.link("accelerator_requests", arq["uuid"])],
     }
+    if req.version.matches((2, 8)):
+        body["claim_uuid"] = arq["claim_uuid"]  # the claim that holds it (doc/standalone.md)
+    return body
 
 
 def _scope(req: wsgi.Request) -> db.Scope:
@@ -59,13 +67,15 @@ def create_arqs(req: wsgi.Request):
     """201 ``{"arqs": [...]}``: one ARQ per unit of every group of the profile."""
     req.app.authorize(req, policies.CREATE)
     data = wsgi.extract_json(req, schema.POST_ARQS_V2_0)
-    per_unit = {k: int(v) for k, v in req.app.conf.accelerator_requests
-                .attach_handles_per_unit.items()}
+    per_unit = {
+        k: int(v) for k, v in req.app.conf.accelerator_requests.attach_handles_per_unit.items()
+    }
     arqs = req.app.db.write(
         db.create,
         profile_name=data["device_profile_name"],
         project_id=req.context.project_id,
         handles_per_unit=per_unit,
+        max_arqs=req.app.conf.api.max_arqs_per_request,
     )
     return wsgi.json_response(201, {"arqs": [_serialize(req, a) for a in arqs]})
 
@@ -78,8 +88,9 @@ def list_arqs(req: wsgi.Request):
     instance = _uuid_param(req, "instance")
     bind_state = req.GET.get("bind_state")
     if bind_state is not None and bind_state != "resolved":
-        raise wsgi.ApiError(400, f"bind_state must be 'resolved', not {bind_state!r}.",
-                            "exosuit.arq.bind_state")
+        raise wsgi.ApiError(
+            400, f"bind_state must be 'resolved', not {bind_state!r}.", "exosuit.arq.bind_state"
+        )
     filters: dict = {"instance": instance}
     if bind_state and instance is None:
         filters["states"] = db.RESOLVED
@@ -88,22 +99,16 @@ def list_arqs(req: wsgi.Request):
         if state is not None:
             unknown = sorted(set(state) - set(db.STATES))
             if unknown:
-                raise wsgi.ApiError(400, f"Unknown ARQ state(s): {', '.join(unknown)}.",
-                                    "exosuit.arq.state")
+                raise wsgi.ApiError(
+                    400, f"Unknown ARQ state(s): {', '.join(unknown)}.", "exosuit.arq.state"
+                )
             filters["states"] = tuple(s for s in state if s in (filters.get("states") or state))
         filters["hostname"] = req.GET.get("hostname")
         filters["device_profile_name"] = req.GET.get("device_profile_name")
     page = pagination.page_from_request(req, SORT_KEYS)
-
-    def _read(conn):
-        if bind_state and instance is not None:
-            pending = [u for u, s in db.instance_states(conn, instance, scope)
-                       if s not in db.RESOLVED]
-            if pending:
-                raise exceptions.ARQUnresolved(instance=instance, uuids=", ".join(pending))
-        return db.list_arqs(conn, scope, page=page, **filters)
-
-    rows = req.app.db.read(_read)
+    rows = req.app.db.read(
+        db.list_arqs, scope, page=page, require_resolved=bool(bind_state), **filters
+    )
     body: dict = {}
     rows = pagination.next_link(req, page, rows, body)
     body["arqs"] = [_serialize(req, a) for a in rows]
@@ -117,53 +122,80 @@ def get_arq(req: wsgi.Request):
     return wsgi.json_response(200, _serialize(req, arq))
 
 
-def _parse_patch(req: wsgi.Request, body: dict) -> tuple[str, list]:
-    """("add", [Binding…]) or ("remove", [uuid…]) from Nova's PATCH map."""
-    allow_project = req.version.matches((2, 1))
-    kinds = set()
-    bindings, removals = [], []
-    for uuid, ops in body.items():
-        ops_kinds = {op["op"] for op in ops}
-        if len(ops_kinds) != 1:
-            raise wsgi.ApiError(400, f"{uuid}: every op must be add, or every op remove.",
-                                "exosuit.arq.patch")
-        kinds |= ops_kinds
-        fields: dict = {}
-        for op in ops:
-            path = op["path"].lstrip("/")
-            if path == "project_id" and not allow_project:
-                raise wsgi.ApiError(406, "Patching /project_id needs microversion 2.1 or "
-                                    "later.", "exosuit.microversion")
-            if path not in _BIND_FIELDS and path != "project_id":
-                raise wsgi.ApiError(400, f"{uuid}: invalid path {op['path']!r} in patch.",
-                                    "exosuit.arq.patch")
-            if op["op"] == "add":
-                value = op.get("value")
-                if not isinstance(value, str) or not value:
-                    raise wsgi.ApiError(400, f"{uuid}: {op['path']} needs a non-empty string "
-                                        "value.", "exosuit.arq.patch")
-                fields[path] = value
-        if ops_kinds == {"add"}:
-            missing = [f for f in _BIND_FIELDS if f not in fields]
-            if missing:
-                raise wsgi.ApiError(400, f"{uuid}: fields absent in patch: "
-                                    f"{', '.join(missing)}.", "exosuit.arq.patch")
-            for f in ("device_rp_uuid", "instance_uuid"):
-                if not wsgi.is_uuid_like(fields[f]):
-                    raise wsgi.ApiError(400, f"{uuid}: {f} must be a UUID.",
-                                        "exosuit.arq.patch")
-                fields[f] = fields[f].lower()  # compared with lower-case uuids
-            if "project_id" in fields and not req.context.is_admin_role:
-                raise wsgi.ApiError(403, "Only an admin may set project_id.",
-                                    "exosuit.policy.forbidden")
-            bindings.append(db.Binding(uuid=uuid, project_id=fields.get("project_id"),
-                                       **{f: fields[f] for f in _BIND_FIELDS}))
-        else:
-            removals.append(uuid)
+@dataclasses.dataclass(frozen=True)
+class Patch:
+    """A bind/unbind PATCH, parsed: ``binds`` (op add) or ``unbinds`` (op remove: the
+    ARQs' uuids), never both."""
+
+    binds: list[db.Binding] = dataclasses.field(default_factory=list)
+    unbinds: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def uuids(self) -> set[str]:
+        return {b.uuid for b in self.binds} | set(self.unbinds)
+
+    @property
+    def sets_project_id(self) -> bool:
+        """Whether a bind also moves its ARQ to another project (an admin's call)."""
+        return any(b.project_id is not None for b in self.binds)
+
+
+def parse_patch(body: object, *, project_id_allowed: bool) -> Patch:
+    """Nova's map ``{"<arq uuid>": [ops…], …}`` as a Patch (uuids in lower case).
+
+    Pure: the body and what the request's microversion allows in, the patch or an
+    ApiError out. 400 unless the body matches ``PATCH_ARQS_V2_0`` (ops add/remove,
+    known paths, non-empty string values), all its ops are adds or all removes, and
+    each bind names hostname, device_rp_uuid and instance_uuid (both UUIDs); 406 for a
+    /project_id op unless ``project_id_allowed`` (microversion 2.1 and later).
+    """
+    wsgi.validate(body, schema.PATCH_ARQS_V2_0)
+    arqs = {uuid.lower(): ops for uuid, ops in cast(dict, body).items()}  # an object
+    ops = [op for arq_ops in arqs.values() for op in arq_ops]
+    if not project_id_allowed and any(_field(op) == "project_id" for op in ops):
+        raise wsgi.ApiError(
+            406, "Patching /project_id needs microversion 2.1 or later.", "exosuit.microversion"
+        )
+    kinds = {op["op"] for op in ops}
     if len(kinds) != 1:
-        raise wsgi.ApiError(400, "A PATCH either binds (add) or unbinds (remove) all its "
-                            "ARQs, not both.", "exosuit.arq.patch")
-    return ("add", bindings) if bindings else ("remove", removals)
+        raise wsgi.ApiError(
+            400,
+            "A PATCH either binds (add) or unbinds (remove) all its ARQs, not both.",
+            "exosuit.arq.patch",
+        )
+    if kinds == {"remove"}:
+        return Patch(unbinds=list(arqs))
+    return Patch(binds=[_binding(uuid, arq_ops) for uuid, arq_ops in arqs.items()])
+
+
+def _field(op: dict) -> str:
+    return op["path"].lstrip("/")  # the leading slash is optional, as in Cyborg
+
+
+def _binding(uuid: str, ops: list[dict]) -> db.Binding:
+    fields = {_field(op): op["value"] for op in ops}
+    missing = [f for f in _BIND_FIELDS if f not in fields]
+    if missing:
+        raise wsgi.ApiError(
+            400, f"{uuid}: fields absent in patch: {', '.join(missing)}.", "exosuit.arq.patch"
+        )
+    for f in ("device_rp_uuid", "instance_uuid"):
+        if not wsgi.is_uuid_like(fields[f]):
+            raise wsgi.ApiError(400, f"{uuid}: /{f} must be a UUID.", "exosuit.arq.patch")
+        fields[f] = fields[f].lower()  # compared with lower-case uuids
+    return db.Binding(
+        uuid=uuid, project_id=fields.get("project_id"), **{f: fields[f] for f in _BIND_FIELDS}
+    )
+
+
+def _parse(req: wsgi.Request, body: object) -> Patch:
+    """The patch, as this request's microversion and caller may send it: 403 for a
+    bind that sets project_id unless the caller is an admin; 400 beyond ``[api]``'s limits."""
+    limits.check_arq_patch(body, limits.Limits.from_conf(req.app.conf))
+    patch = parse_patch(body, project_id_allowed=req.version.matches((2, 1)))
+    if patch.sets_project_id and not req.context.is_admin_role:
+        raise wsgi.ApiError(403, "Only an admin may set project_id.", "exosuit.policy.forbidden")
+    return patch
 
 
 def patch_arqs(req: wsgi.Request):
@@ -171,9 +203,11 @@ def patch_arqs(req: wsgi.Request):
 
     A bind that needs work on its host is still BindStarted at the 202; Nova learns
     how every bind ended from an ``accelerator-request-bound`` event (doc/nova.md).
+    The images a bind's profile group asks for are looked up first, outside the
+    bind's transaction (doc/programming.md).
     """
     req.app.authorize(req, policies.UPDATE)
-    return _apply_patch(req, wsgi.extract_json(req, schema.PATCH_ARQS_V2_0))
+    return _apply_patch(req, _parse(req, wsgi.extract_json(req)))
 
 
 def patch_arq(req: wsgi.Request):
@@ -183,52 +217,62 @@ def patch_arq(req: wsgi.Request):
     req.app.authorize(req, policies.UPDATE)
     uuid = req.arg("uuid").lower()
     body = wsgi.extract_json(req)
-    if isinstance(body, list):
-        body = {uuid: body}
-    wsgi.validate(body, schema.PATCH_ARQS_V2_0)
-    if {k.lower() for k in body} != {uuid}:
-        raise wsgi.ApiError(400, f"The body of PATCH {req.path_info} may only patch "
-                            f"accelerator request {uuid}.", "exosuit.arq.patch")
-    return _apply_patch(req, body)
+    patch = _parse(req, {uuid: body} if isinstance(body, list) else body)
+    if patch.uuids != {uuid}:
+        raise wsgi.ApiError(
+            400,
+            f"The body of PATCH {req.path_info} may only patch accelerator request {uuid}.",
+            "exosuit.arq.patch",
+        )
+    return _apply_patch(req, patch)
 
 
-def _apply_patch(req: wsgi.Request, body: dict):
-    body = {k.lower(): v for k, v in body.items()}
-    kind, items = _parse_patch(req, body)
+def _apply_patch(req: wsgi.Request, patch: Patch):
     scope = _scope(req)
-    if kind == "add":
+    if patch.binds:
         _require_service_token(req, "Binding accelerator requests")
-        results = req.app.db.write(db.bind, items, scope,
-                                   skip_locked=req.app.db.supports_skip_locked,
-                                   bind_timeout=req.app.conf.bind_timeout)
+        results = _bind(req, patch.binds, scope)
         failed = [r for r in results if r.error]
         if failed:
             raise wsgi.ApiError(
                 409,
-                "; ".join(f"Binding accelerator request {r.arq['uuid']} failed: {r.error}"
-                          for r in failed),
+                "; ".join(
+                    f"Binding accelerator request {r.arq['uuid']} failed: {r.error}" for r in failed
+                ),
                 exceptions.BindFailed.code,
             )
     else:
         _require_service_token(req, "Unbinding accelerator requests")
-        req.app.db.write(db.unbind, items, scope)
+        req.app.db.write(db.unbind, patch.unbinds, scope)
     return wsgi.json_response(202)
+
+
+def _bind(req: wsgi.Request, binds: list[db.Binding], scope: db.Scope) -> list[db.BindResult]:
+    """Bind; the images the profile groups ask for are looked up only when one does
+    (outside the bind's transaction: Glance is an HTTP call), then bound again."""
+    options = {
+        "skip_locked": req.app.db.supports_skip_locked,
+        "bind_timeout": req.app.conf.bind_timeout,
+    }
+    try:
+        return req.app.db.write(db.bind, binds, scope, resolve_first=True, **options)
+    except db.ProgramsToResolve:
+        needs = programs.bind_needs(req, binds, scope)
+        return req.app.db.write(db.bind, binds, scope, programs=needs, **options)
 
 
 def _delete_uuids(req: wsgi.Request, uuids: list[str]):
     bad = [u for u in uuids if not wsgi.is_uuid_like(u)]
     if bad or not uuids:
-        raise wsgi.ApiError(400, f"arqs must be a comma-separated list of UUIDs; "
-                            f"invalid: {', '.join(bad) or '(empty)'}.", "exosuit.query.uuid")
-    scope = _scope(req)
-
-    def _delete(conn):
-        if db.bound_uuids(conn, uuids, scope) and not req.context.has_service_token:
-            raise exceptions.ServiceTokenRequired(
-                action="Deleting accelerator requests bound to an instance")
-        return db.delete_by_uuids(conn, uuids, scope)
-
-    missing = req.app.db.write(_delete)
+        raise wsgi.ApiError(
+            400,
+            f"arqs must be a comma-separated list of UUIDs; "
+            f"invalid: {', '.join(bad) or '(empty)'}.",
+            "exosuit.query.uuid",
+        )
+    missing = req.app.db.write(
+        db.delete_by_uuids, uuids, _scope(req), service_token=req.context.has_service_token
+    )
     if missing:
         raise exceptions.AcceleratorRequestNotFound(uuid=", ".join(missing))
     return wsgi.json_response(204)
@@ -241,8 +285,9 @@ def delete_arqs(req: wsgi.Request):
     uuids = wsgi.query_list(req, "arqs")
     instance = req.GET.get("instance")
     if (uuids is None) == (instance is None):
-        raise wsgi.ApiError(400, "Give exactly one of arqs=<uuid,…> or instance=<uuid>.",
-                            "exosuit.arq.delete_query")
+        raise wsgi.ApiError(
+            400, "Give exactly one of arqs=<uuid,…> or instance=<uuid>.", "exosuit.arq.delete_query"
+        )
     if uuids is not None:
         return _delete_uuids(req, [u.lower() for u in uuids])
     instance = _uuid_param(req, "instance")

@@ -6,7 +6,6 @@ from exosuit.api import pagination, wsgi
 from exosuit.api.policies import attributes as policies
 from exosuit.api.schemas import attributes as schema
 from exosuit.db import attributes as db
-from exosuit.placement.state import enqueue_sync_of_deployable
 
 SORT_KEYS = set(db.SORT_COLUMNS)
 
@@ -28,14 +27,11 @@ def list_attributes(req: wsgi.Request):
     req.app.authorize(req, policies.GET_ALL)
     deployable_id = req.GET.get("deployable_id")
     if deployable_id is not None:
-        try:
-            deployable_id = int(deployable_id)
-        except ValueError:
-            raise wsgi.ApiError(400, f"deployable_id must be an integer, not "
-                                f"{deployable_id!r}.", "exosuit.query.deployable_id") from None
+        deployable_id = schema.deployable_id(deployable_id, "exosuit.query.deployable_id")
     page = pagination.page_from_request(req, SORT_KEYS)
-    rows = req.app.db.read(db.list_attributes, deployable_id=deployable_id,
-                           key=req.GET.get("key"), page=page)
+    rows = req.app.db.read(
+        db.list_attributes, deployable_id=deployable_id, key=req.GET.get("key"), page=page
+    )
     body: dict = {}
     rows = pagination.next_link(req, page, rows, body)
     body["attributes"] = [_serialize(req, a) for a in rows]
@@ -55,26 +51,16 @@ def create_attribute(req: wsgi.Request):
     if isinstance(data, dict) and list(data) == ["attribute"]:
         data = data["attribute"]
     wsgi.validate(data, schema.POST_ATTRIBUTE_V2_0)
-    attribute = req.app.db.write(_create, deployable_id=int(data["deployable_id"]),
-                                 key=data["key"], value=data["value"])
+    attribute = req.app.db.write(
+        db.create,
+        deployable_id=schema.deployable_id(data["deployable_id"]),
+        key=data["key"],
+        value=data["value"],
+    )
     return wsgi.json_response(201, _serialize(req, attribute))
 
 
 def delete_attribute(req: wsgi.Request):
     req.app.authorize(req, policies.DELETE)
-    req.app.db.write(_delete, req.arg("uuid"))
+    req.app.db.write(db.delete, req.arg("uuid"))
     return wsgi.json_response(204)
-
-
-# Attributes rc and trait* shape the deployable's provider in Placement: the host's
-# sync is queued in the same transaction (exosuit/placement).
-def _create(conn, **values) -> dict:
-    attribute = db.create(conn, **values)
-    enqueue_sync_of_deployable(conn, values["deployable_id"])
-    return attribute
-
-
-def _delete(conn, uuid: str) -> None:
-    deployable_id = db.get(conn, uuid)["deployable_id"]
-    db.delete(conn, uuid)
-    enqueue_sync_of_deployable(conn, deployable_id)

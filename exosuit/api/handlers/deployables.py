@@ -1,15 +1,27 @@
-"""/v2/deployables: list, show, program."""
+"""/v2/deployables: list, show, program (and, from 2.6, a program's state)."""
 
 from __future__ import annotations
 
 import json
 
 from exosuit.api import pagination, wsgi
+from exosuit.api.handlers import programs
 from exosuit.api.policies import deployables as policies
 from exosuit.api.schemas import deployables as schema
+from exosuit.db import changes
 from exosuit.db import deployables as db
+from exosuit.db import programs as programs_db
+from exosuit.metrics import Counter
 
 SORT_KEYS = set(db.SORT_COLUMNS)
+# Counted by exosuit/db/changes.py: the version of the list the response cache keeps.
+CHANGES = Counter(
+    changes.DEPLOYABLES,
+    "Committed transactions that changed deployables or their attributes (or deleted a "
+    "device), by slot (one of 16 rows, so that writers do not queue on one): their sum "
+    "is the version of the deployable list the API's response cache compares.",
+    ("slot",),
+)
 
 
 def _serialize(req: wsgi.Request, deployable: dict) -> dict:
@@ -27,8 +39,10 @@ def _serialize(req: wsgi.Request, deployable: dict) -> dict:
         "bitstream_id": deployable["bitstream_id"],
         "created_at": wsgi.format_time(deployable["created_at"]),
         "updated_at": wsgi.format_time(deployable["updated_at"]),
-        "links": [req.link("deployables", deployable["uuid"]),
-                  req.link("deployables", deployable["uuid"], rel="bookmark")],
+        "links": [
+            req.link("deployables", deployable["uuid"]),
+            req.link("deployables", deployable["uuid"], rel="bookmark"),
+        ],
     }
 
 
@@ -36,11 +50,28 @@ def list_deployables(req: wsgi.Request):
     """200 ``{"deployables": [...]}``."""
     req.app.authorize(req, policies.GET_ALL)
     page = pagination.page_from_request(req, SORT_KEYS)
+    if page is None:
+        return _every_deployable(req)
     rows = req.app.db.read(db.list_deployables, page=page)
     body: dict = {}
     rows = pagination.next_link(req, page, rows, body)
     body["deployables"] = [_serialize(req, d) for d in rows]
     return wsgi.json_response(200, body)
+
+
+def _every_deployable(req: wsgi.Request):
+    """The unpaged list (below 2.4, what Nova and Cyborg's clients ask for): the body
+    kept in the app's response cache while the list's version is unchanged, one small
+    query instead of the list (exosuit/api/response_cache.py)."""
+    key = ("deployables", req.base_url)
+    kept = req.app.responses.get(key)
+    version, rows = req.app.db.read(db.list_all_unless, kept.version if kept else None)
+    if rows is None:
+        assert kept is not None  # list_all_unless returns the list unless it is known
+        return wsgi.encoded_json_response(200, kept.body)
+    body = wsgi.encode_json({"deployables": [_serialize(req, d) for d in rows]})
+    req.app.responses.put(key, version, body)
+    return wsgi.encoded_json_response(200, body)
 
 
 def get_deployable(req: wsgi.Request):
@@ -52,18 +83,55 @@ def get_deployable(req: wsgi.Request):
 
 
 def program_deployable(req: wsgi.Request):
-    """Program an FPGA deployable with an image.
+    """Program a deployable with an image (Cyborg's body; doc/programming.md).
 
-    The body is validated and the deployable looked up; no driver can program
-    yet, so a valid request is answered 409 with the reason (never a 500).
+    2.6 and later: 202 ``{"program": PROGRAM}`` at once. Below 2.6 (Cyborg's clients)
+    the request waits up to ``[api] program_wait`` seconds: 200 with the deployable
+    when the image is loaded (or already was), 409 ``exosuit.program.failed`` with
+    the reason, 202 with the deployable while it still runs. Refusals (409): in use,
+    busy, unsupported, unavailable; 404 for an unknown deployable or image.
     """
     req.app.authorize(req, policies.PROGRAM)
     body = wsgi.extract_json(req, schema.PROGRAM_V2_0)
-    deployable = req.app.db.read(db.get, req.arg("uuid"))
-    image = body[0]["value"][0]["image_uuid"]
-    raise wsgi.ApiError(
-        409,
-        f"Deployable {deployable['uuid']} (driver {deployable['driver_name']}) cannot be "
-        f"programmed with image {image}: this Exosuit release has no programming support.",
-        "exosuit.deployable.program_unsupported",
+    uuid = req.arg("uuid")
+    req.app.db.read(db.get, uuid)  # 404 for an unknown deployable before any image look-up
+    image = programs.resolve(req, body[0]["value"][0]["image_uuid"], req.context.project_id)
+    started = req.app.db.write(
+        programs_db.start,
+        uuid,
+        image,
+        project_id=req.context.project_id,
+        user_id=req.context.user_id,
     )
+    if req.version.matches((2, 6)):
+        return wsgi.json_response(202, {"program": programs.serialize(started.program)})
+    wait = req.app.conf.api.program_wait
+    program = programs.wait_for_end(req, started.program["uuid"], wait)
+    if program["state"] == programs_db.FAILED:
+        raise programs.failure(program)
+    status = 200 if program["state"] == programs_db.DONE else 202
+    return wsgi.json_response(status, _serialize(req, req.app.db.read(db.get, uuid)))
+
+
+def program_deployable_again(req: wsgi.Request):
+    """``PATCH /v2/deployables/{uuid}/program/{uuid}``: where openstacksdk's
+    ``patch_deployable`` (and so ``openstack accelerator deployable program``) sends
+    Cyborg's request (its base path ``/deployables/%(id)s/program`` plus the id). The
+    same as ``…/program`` when both UUIDs are the deployable's; 404 otherwise (Cyborg
+    answers 405 here: doc/compatibility.md)."""
+    if req.arg("again") != req.arg("uuid"):
+        raise wsgi.ApiError(
+            404, f"The resource {req.path_info} could not be found.", "exosuit.not_found"
+        )
+    return program_deployable(req)
+
+
+def get_program(req: wsgi.Request):
+    """200 the deployable's latest PROGRAM (2.6); 404 when it was never programmed
+    through Exosuit."""
+    req.app.authorize(req, policies.GET_PROGRAM)
+    uuid = req.arg("uuid")
+    if not wsgi.is_uuid_like(uuid):
+        raise wsgi.ApiError(400, f"Invalid UUID {uuid!r}.", "exosuit.query.uuid")
+    program = req.app.db.read(programs_db.latest_of_deployable, uuid)
+    return wsgi.json_response(200, programs.serialize(program))

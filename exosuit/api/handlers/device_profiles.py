@@ -54,7 +54,7 @@ def create_profile(req: wsgi.Request):
     """201 with the new profile (unwrapped). The body is a list of one profile."""
     req.app.authorize(req, policies.CREATE)
     (data,) = wsgi.extract_json(req, schema.POST_DEVICE_PROFILE_V2_0)
-    groups = schema.normalize_groups(data["groups"])
+    groups = schema.normalize_groups(data["groups"], req.app.conf)
     profile = req.app.db.write(
         db.create,
         name=data["name"],
@@ -72,8 +72,9 @@ def _delete(req: wsgi.Request, value: str):
     else:
         names = [n.strip() for n in value.split(",") if n.strip()]
         if not names:
-            raise wsgi.ApiError(400, "No device profile named to delete.",
-                                "exosuit.device_profile.none")
+            raise wsgi.ApiError(
+                400, "No device profile named to delete.", "exosuit.device_profile.none"
+            )
         req.app.db.write(db.delete_by_names, names)
     return wsgi.json_response(204)
 

@@ -1,10 +1,18 @@
-"""/v2/devices: list, show, enable, disable."""
+"""/v2/devices: list, show, enable, disable; /v2/device_activations (2.7): mark devices
+ready or inactive; drain and undrain, health (2.9) (doc/devices.md)."""
 
 from __future__ import annotations
 
+import dataclasses
+
+from exosuit import exceptions
 from exosuit.api import pagination, wsgi
 from exosuit.api.policies import devices as policies
+from exosuit.api.schemas import devices as schema
+from exosuit.db import activations
 from exosuit.db import devices as db
+from exosuit.db import drain as drain_db
+from exosuit.db import health as health_db
 
 SORT_KEYS = set(db.SORT_COLUMNS)
 
@@ -31,17 +39,53 @@ def _serialize(req: wsgi.Request, device: dict) -> dict:
         body["pci_address"] = device["pci_address"]
         body["numa_node"] = device["numa_node"]
         body["firmware_version"] = device["firmware_version"]
+    if req.version.matches((2, 6)):
+        # Why Exosuit disabled it (a program that could not restore the previous image).
+        body["status_reason"] = device["status_reason"]
+    if req.version.matches((2, 7)):
+        body["activation"] = device["activation"]
+        body["activation_reason"] = device["activation_reason"]
+        body["services"] = device["services"]
+        body["usage"] = device["usage"]
+        body["usage_seen_at"] = wsgi.format_time(device["usage_seen_at"])
+    if req.version.matches((2, 9)):
+        # Drain: draining while held, drained once nothing holds it (doc/devices.md).
+        body["maintenance"] = device["maintenance"]
+        body["holders"] = device["holders"]
+        # Health: offered, or held back until it recovers or is cleared (doc/devices.md).
+        body["health"] = _health(req, health_db.view(device, _recover_after(req)))
     return body
+
+
+def _recover_after(req: wsgi.Request) -> float:
+    return float(req.app.conf.health.recover_after)
+
+
+def _health(req: wsgi.Request, health: dict) -> dict:
+    return {
+        **health,
+        "since": wsgi.format_time(health["since"]),
+        "offered_at": wsgi.format_time(health["offered_at"]),
+    }
+
+
+def _filter_names(req: wsgi.Request) -> tuple[str, ...]:
+    """The exact-match filters of this microversion: status from 2.3, activation 2.7."""
+    if req.version.matches((2, 7)):
+        return db.FILTERS
+    return db.FILTERS[:4] if req.version.matches((2, 3)) else db.FILTERS[:3]
 
 
 def list_devices(req: wsgi.Request):
     """200 ``{"devices": [...]}``; exact-match filters type, vendor, hostname (and
-    status from 2.3)."""
+    status from 2.3, activation from 2.7; services and usage shown from 2.7)."""
     req.app.authorize(req, policies.GET_ALL)
-    names = db.FILTERS if req.version.matches((2, 3)) else db.FILTERS[:3]
-    filters = {name: req.GET[name] for name in names if name in req.GET}
+    filters = {n: v for n in _filter_names(req) if (v := pagination.text_param(req, n)) is not None}
     page = pagination.page_from_request(req, SORT_KEYS)
-    rows = req.app.db.read(db.list_devices, filters=filters, page=page)
+    details, maintenance = req.version.matches((2, 7)), req.version.matches((2, 9))
+    rows = req.app.db.read(
+        db.list_devices, filters=filters, page=page, details=details, maintenance=maintenance
+    )
     body: dict = {}
     rows = pagination.next_link(req, page, rows, body)
     body["devices"] = [_serialize(req, d) for d in rows]
@@ -50,7 +94,12 @@ def list_devices(req: wsgi.Request):
 
 def get_device(req: wsgi.Request):
     req.app.authorize(req, policies.GET_ONE)
-    device = req.app.db.read(db.get, req.arg("uuid"))
+    device = req.app.db.read(
+        db.get,
+        req.arg("uuid"),
+        details=req.version.matches((2, 7)),
+        maintenance=req.version.matches((2, 9)),
+    )
     return wsgi.json_response(200, _serialize(req, device))
 
 
@@ -68,3 +117,78 @@ def enable_device(req: wsgi.Request):
 def disable_device(req: wsgi.Request):
     """200, no body: the device is in maintenance and takes no new binds."""
     return _set_status(req, policies.DISABLE, "maintaining")
+
+
+def _drain(req: wsgi.Request, drain: bool):
+    req.app.authorize(req, policies.DRAIN if drain else policies.UNDRAIN)
+    uuid = req.arg("uuid")
+    if not wsgi.is_uuid_like(uuid):  # no device has such an id
+        raise exceptions.DeviceNotFound(uuid=uuid)
+    return wsgi.json_response(200, req.app.db.write(drain_db.drain_device, uuid, drain=drain))
+
+
+def drain_device(req: wsgi.Request):
+    """200 ``{"uuid", "hostname", "status", "maintenance", "holders"}`` (2.9): the device
+    takes no new workload (status ``maintaining``, reserved in Placement); what holds it
+    keeps it. ``maintenance``: ``draining`` while ``holders`` is not empty, ``drained``
+    once it is. Idempotent; 404 for a device nobody has."""
+    return _drain(req, True)
+
+
+def undrain_device(req: wsgi.Request):
+    """200 as drain (2.9): the device is enabled again (and the reason Exosuit gave, if
+    it disabled the device itself, cleared). Idempotent."""
+    return _drain(req, False)
+
+
+def set_device_health(req: wsgi.Request):
+    """200 ``{"uuid", "hostname", "state", "reason", "since", "offered", "held_by",
+    "offered_at", "holders"}`` (2.9): ``{"clear": true}`` offers a device held back as
+    unhealthy again now; ``{"hold": true, "reason": …}`` holds a device back by hand
+    until a clear (Placement reserves it, binds and claims refuse it; what holds it keeps
+    it). Idempotent; 404 for a device nobody has, 400 for another body."""
+    req.app.authorize(req, policies.HEALTH)
+    body = wsgi.extract_json(req, schema.POST_DEVICE_HEALTH_V2_9)
+    uuid = req.arg("uuid")
+    if not wsgi.is_uuid_like(uuid):  # no device has such an id
+        raise exceptions.DeviceNotFound(uuid=uuid)
+    found = req.app.db.write(
+        health_db.set_health,
+        uuid,
+        clear=bool(body.get("clear")),
+        hold=bool(body.get("hold")),
+        reason=body.get("reason"),
+        recover_after=_recover_after(req),
+    )
+    return wsgi.json_response(200, _health(req, found))
+
+
+def selection(body: dict) -> tuple[list[str] | None, dict[str, str]]:
+    """(uuids, filters) of a POST /v2/device_activations body: the devices named, or those
+    matching hostname, type, driver. 400 for both at once, or neither (a request for
+    every device of the fleet names it by its hosts or types)."""
+    filters = {k: body[k] for k in activations.FILTERS if k in body}
+    uuids = body.get("uuids")
+    if (uuids is None) == (not filters):
+        raise wsgi.ApiError(
+            400,
+            "Name the devices by uuids, or select them by hostname, type and/or driver (not both).",
+            "exosuit.device_activation.selection",
+        )
+    return uuids, filters
+
+
+def activate_devices(req: wsgi.Request):
+    """202 ``{"state", "devices": [{"uuid", "hostname", "activation", "outcome",
+    "reason"}]}`` (2.7): mark devices ``ready`` (their agent then runs their driver's
+    install step) or ``inactive``, by ``uuids`` or by ``hostname``/``type``/``driver``.
+    Each device's outcome is changed, unchanged (there already or on its way) or refused
+    (inactive while an attach handle is held: the reason names the holders). 404 for a
+    uuid that names no device, 409 ``exosuit.device.in_use`` when every device asked is
+    refused; nothing changes then."""
+    req.app.authorize(req, policies.ACTIVATE)
+    body = wsgi.extract_json(req, schema.POST_DEVICE_ACTIVATIONS_V2_7)
+    uuids, filters = selection(body)
+    outcomes = req.app.db.write(activations.change, body["state"], uuids=uuids, filters=filters)
+    devices = [dataclasses.asdict(o) for o in outcomes]
+    return wsgi.json_response(202, {"state": body["state"], "devices": devices})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from exosuit.api import microversion, wsgi
+from exosuit.db import api as db_api
 
 _DESCRIPTION = (
     "Exosuit manages hardware accelerators (GPUs, FPGAs, SmartNICs, QAT, NVMe, any "
@@ -41,5 +42,5 @@ def v2(req: wsgi.Request):
 
 def healthz(req: wsgi.Request):
     """200 when the database answers, 503 otherwise."""
-    req.app.db.read(lambda conn: conn.exec_driver_sql("SELECT 1").scalar())
+    req.app.db.read(db_api.ping)
     return wsgi.json_response(200, {"status": "ok"})

@@ -16,11 +16,22 @@ from oslo_policy import policy
 from exosuit.api.policies import (
     agent,
     arqs,
+    attach_handles,
     attributes,
+    audit_events,
     base,
+    claims,
     deployables,
     device_profiles,
     devices,
+    discoveries,
+    drivers,
+    hosts,
+    images,
+    jobs,
+    partitions,
+    services,
+    summary,
 )
 
 __all__ = ["list_rules", "make_enforcer"]
@@ -36,6 +47,17 @@ def list_rules():
             deployables.list_rules(),
             attributes.list_rules(),
             agent.list_rules(),
+            hosts.list_rules(),
+            attach_handles.list_rules(),
+            jobs.list_rules(),
+            summary.list_rules(),
+            images.list_rules(),
+            services.list_rules(),
+            drivers.list_rules(),
+            discoveries.list_rules(),
+            claims.list_rules(),
+            partitions.list_rules(),
+            audit_events.list_rules(),
         )
     )
 

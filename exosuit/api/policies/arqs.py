@@ -15,29 +15,42 @@ _PATH = "/v2/accelerator_requests"
 
 _rules = [
     policy.DocumentedRuleDefault(
-        GET_ALL, base.PROJECT_READER_OR_ADMIN, "List accelerator requests of the project.",
-        [{"path": _PATH, "method": "GET"}], scope_types=["project"],
+        GET_ALL,
+        base.PROJECT_READER_OR_ADMIN,
+        "List accelerator requests of the project.",
+        [{"path": _PATH, "method": "GET"}],
+        scope_types=["project"],
     ),
     policy.DocumentedRuleDefault(
-        GET_ONE, base.PROJECT_READER_OR_ADMIN, "Show an accelerator request.",
-        [{"path": _PATH + "/{uuid}", "method": "GET"}], scope_types=["project"],
+        GET_ONE,
+        base.PROJECT_READER_OR_ADMIN,
+        "Show an accelerator request.",
+        [{"path": _PATH + "/{uuid}", "method": "GET"}],
+        scope_types=["project"],
     ),
     policy.DocumentedRuleDefault(
-        CREATE, base.PROJECT_MEMBER_OR_SERVICE, "Create accelerator requests.",
-        [{"path": _PATH, "method": "POST"}], scope_types=["project"],
+        CREATE,
+        base.PROJECT_MEMBER_OR_SERVICE,
+        "Create accelerator requests.",
+        [{"path": _PATH, "method": "POST"}],
+        scope_types=["project"],
     ),
     policy.DocumentedRuleDefault(
-        UPDATE, base.PROJECT_MEMBER_OR_SERVICE,
+        UPDATE,
+        base.PROJECT_MEMBER_OR_SERVICE,
         "Bind or unbind accelerator requests (also requires a service token).",
-        [{"path": _PATH, "method": "PATCH"}], scope_types=["project"],
+        [{"path": _PATH, "method": "PATCH"}],
+        scope_types=["project"],
     ),
     policy.DocumentedRuleDefault(
-        DELETE, base.PROJECT_MEMBER_OR_SERVICE,
-        "Delete accelerator requests (bound ones and by instance also require a "
-        "service token).",
-        [{"path": _PATH + "?arqs={uuids}", "method": "DELETE"},
-         {"path": _PATH + "?instance={uuid}", "method": "DELETE"},
-         {"path": _PATH + "/{uuid}", "method": "DELETE"}],
+        DELETE,
+        base.PROJECT_MEMBER_OR_SERVICE,
+        "Delete accelerator requests (bound ones and by instance also require a service token).",
+        [
+            {"path": _PATH + "?arqs={uuids}", "method": "DELETE"},
+            {"path": _PATH + "?instance={uuid}", "method": "DELETE"},
+            {"path": _PATH + "/{uuid}", "method": "DELETE"},
+        ],
         scope_types=["project"],
     ),
 ]

@@ -14,20 +14,32 @@ _PATH = "/v2/attributes"
 
 _rules = [
     policy.DocumentedRuleDefault(
-        GET_ALL, base.PROJECT_MANAGER_OR_ADMIN, "List attributes.",
-        [{"path": _PATH, "method": "GET"}], scope_types=["project"],
+        GET_ALL,
+        base.PROJECT_MANAGER_OR_ADMIN,
+        "List attributes.",
+        [{"path": _PATH, "method": "GET"}],
+        scope_types=["project"],
     ),
     policy.DocumentedRuleDefault(
-        GET_ONE, base.PROJECT_MANAGER_OR_ADMIN, "Show an attribute.",
-        [{"path": _PATH + "/{uuid}", "method": "GET"}], scope_types=["project"],
+        GET_ONE,
+        base.PROJECT_MANAGER_OR_ADMIN,
+        "Show an attribute.",
+        [{"path": _PATH + "/{uuid}", "method": "GET"}],
+        scope_types=["project"],
     ),
     policy.DocumentedRuleDefault(
-        CREATE, base.ADMIN, "Create an attribute.",
-        [{"path": _PATH, "method": "POST"}], scope_types=["project"],
+        CREATE,
+        base.ADMIN,
+        "Create an attribute.",
+        [{"path": _PATH, "method": "POST"}],
+        scope_types=["project"],
     ),
     policy.DocumentedRuleDefault(
-        DELETE, base.ADMIN, "Delete an attribute.",
-        [{"path": _PATH + "/{uuid}", "method": "DELETE"}], scope_types=["project"],
+        DELETE,
+        base.ADMIN,
+        "Delete an attribute.",
+        [{"path": _PATH + "/{uuid}", "method": "DELETE"}],
+        scope_types=["project"],
     ),
 ]
 

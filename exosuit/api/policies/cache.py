@@ -14,6 +14,7 @@ remembered answers are dropped whenever the rules changed.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -21,24 +22,33 @@ from oslo_policy import policy
 
 __all__ = ["DecisionCache"]
 
+LOG = logging.getLogger(__name__)
+
 # Checks whose answer is a function of (target, credentials, rules) only.
-_PURE_CHECKS = frozenset({
-    "AndCheck", "OrCheck", "NotCheck", "RuleCheck", "RoleCheck", "GenericCheck",
-    "TrueCheck", "FalseCheck",
-})
+_PURE_CHECKS = frozenset(
+    {
+        "AndCheck",
+        "OrCheck",
+        "NotCheck",
+        "RuleCheck",
+        "RoleCheck",
+        "GenericCheck",
+        "TrueCheck",
+        "FalseCheck",
+    }
+)
 
 
 def _freeze(values) -> tuple:
-    return tuple(sorted(
-        (k, tuple(v) if isinstance(v, list) else v) for k, v in values.items()
-    ))
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in values.items()))
 
 
 class DecisionCache:
     """``authorize`` as ``Enforcer.authorize(..., do_raise=True)``, with a memory."""
 
-    def __init__(self, enforcer: policy.Enforcer, *, recheck: float = 1.0,
-                 max_entries: int = 4096) -> None:
+    def __init__(
+        self, enforcer: policy.Enforcer, *, recheck: float = 1.0, max_entries: int = 4096
+    ) -> None:
         self.enforcer = enforcer
         self.recheck = recheck
         self.max_entries = max_entries
@@ -64,7 +74,20 @@ class DecisionCache:
         with self._lock:
             if time.monotonic() < self._next_check:
                 return
-            self.enforcer.load_rules()
+            try:
+                self.enforcer.load_rules()
+            except Exception as error:
+                # NOTE: an operator's edit that breaks the file must not turn requests
+                # into 500s: the rules in force stay, and the log says so loudly, again
+                # at every check until the file is mended.
+                LOG.error(
+                    "the policy file is invalid (%s: %s); the rules loaded before stay in "
+                    "force until it is fixed",
+                    type(error).__name__,
+                    error,
+                )
+                self._next_check = time.monotonic() + self.recheck
+                return
             rules = self.enforcer.rules
             fingerprint = hash(frozenset((name, str(check)) for name, check in rules.items()))
             if fingerprint != self._fingerprint:

@@ -14,21 +14,34 @@ _PATH = "/v2/device_profiles"
 
 _rules = [
     policy.DocumentedRuleDefault(
-        GET_ALL, base.PROJECT_READER_OR_ADMIN, "List device profiles.",
-        [{"path": _PATH, "method": "GET"}], scope_types=["project"],
+        GET_ALL,
+        base.PROJECT_READER_OR_ADMIN,
+        "List device profiles.",
+        [{"path": _PATH, "method": "GET"}],
+        scope_types=["project"],
     ),
     policy.DocumentedRuleDefault(
-        GET_ONE, base.PROJECT_READER_OR_ADMIN, "Show a device profile.",
-        [{"path": _PATH + "/{uuid_or_name}", "method": "GET"}], scope_types=["project"],
+        GET_ONE,
+        base.PROJECT_READER_OR_ADMIN,
+        "Show a device profile.",
+        [{"path": _PATH + "/{uuid_or_name}", "method": "GET"}],
+        scope_types=["project"],
     ),
     policy.DocumentedRuleDefault(
-        CREATE, base.ADMIN, "Create a device profile.",
-        [{"path": _PATH, "method": "POST"}], scope_types=["project"],
+        CREATE,
+        base.ADMIN,
+        "Create a device profile.",
+        [{"path": _PATH, "method": "POST"}],
+        scope_types=["project"],
     ),
     policy.DocumentedRuleDefault(
-        DELETE, base.ADMIN, "Delete device profiles.",
-        [{"path": _PATH + "/{uuid}", "method": "DELETE"},
-         {"path": _PATH + "?value={names}", "method": "DELETE"}],
+        DELETE,
+        base.ADMIN,
+        "Delete device profiles.",
+        [
+            {"path": _PATH + "/{uuid}", "method": "DELETE"},
+            {"path": _PATH + "?value={names}", "method": "DELETE"},
+        ],
         scope_types=["project"],
     ),
 ]

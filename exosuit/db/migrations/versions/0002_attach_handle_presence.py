@@ -16,8 +16,9 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("attach_handles", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("presence", sa.String(length=16), nullable=False,
-                                      server_default="present"))
+        batch_op.add_column(
+            sa.Column("presence", sa.String(length=16), nullable=False, server_default="present")
+        )
 
 
 def downgrade() -> None:

@@ -15,8 +15,11 @@ down_revision = "0002"
 branch_labels = None
 depends_on = None
 
-Timestamp = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mariadb").with_variant(
-    mysql.DATETIME(fsp=6), "mysql")
+Timestamp = (
+    sa.DateTime()
+    .with_variant(mysql.DATETIME(fsp=6), "mariadb")
+    .with_variant(mysql.DATETIME(fsp=6), "mysql")
+)
 
 
 def upgrade() -> None:
@@ -52,8 +55,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("rp_uuid"),
     )
-    op.create_index(op.f("ix_placement_providers_hostname"), "placement_providers",
-                    ["hostname"], unique=False)
+    op.create_index(
+        op.f("ix_placement_providers_hostname"), "placement_providers", ["hostname"], unique=False
+    )
     op.create_table(
         "metric_counters",
         sa.Column("name", sa.String(length=128), nullable=False),

@@ -1,0 +1,240 @@
+"""The API's CPU per operation in-process: the WSGI application called in a loop.
+
+    .venv/bin/python bench/api_inprocess.py --db {sqlite,postgresql,mariadb}
+        [--ops N] [--warmup N] [--rounds R] [--scenarios ...] [--profile PATH]
+
+No HTTP server and no client: each operation builds the WSGI environ a server would
+(keep-alive HTTP/1.1, noauth, no identity headers) and calls the application
+``exosuit.api.deploy.loadapp`` returns, on a fresh database seeded as bench/api.py
+seeds it (one host, 10 fake FPGAs with 16 attach handles each). The figure is
+process CPU time (``time.process_time``) per operation, the median of ``--rounds``
+rounds of ``--ops`` operations each after ``--warmup`` unmeasured ones: what the
+application costs, without the server's share (bench/api.py measures both).
+
+``--profile PATH`` also runs each scenario once more under cProfile and writes its
+statistics to ``PATH.<scenario>.pstats`` (read them with ``python -m pstats``).
+Figures and how they were used: doc/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from bench.api import (  # noqa: E402
+    ARQ_PROFILE,
+    DEPLOYABLES,
+    HANDLES,
+    HOSTNAME,
+    BenchDatabase,
+    BenchError,
+)
+from tests.helpers.inventory import fpga, snapshot  # noqa: E402
+
+SCENARIOS = ("version", "deployables", "profile", "arq")
+
+
+class InProcessClient:
+    """Calls a WSGI application as a server would; ``request`` returns (status, body)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    def request(self, method: str, path: str, body=None) -> tuple[int, bytes]:
+        path, _, query = path.partition("?")
+        data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        environ = {
+            "REQUEST_METHOD": method,
+            "SCRIPT_NAME": "",
+            "PATH_INFO": path,
+            "QUERY_STRING": query,
+            "SERVER_NAME": "127.0.0.1",
+            "SERVER_PORT": "8080",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "REMOTE_ADDR": "127.0.0.1",
+            "HTTP_HOST": "127.0.0.1:8080",
+            "wsgi.url_scheme": "http",
+            "wsgi.input": io.BytesIO(data),
+            "wsgi.errors": sys.stderr,
+            "wsgi.version": (1, 0),
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": True,
+            "wsgi.run_once": False,
+        }
+        if body is not None:
+            environ["CONTENT_TYPE"] = "application/json"
+            environ["CONTENT_LENGTH"] = str(len(data))
+        status: list[str] = []
+
+        def start_response(line, headers, exc_info=None):
+            status.append(line)
+
+        chunks = self.app(environ, start_response)
+        try:
+            payload = b"".join(chunks)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+        return int(status[0].split(" ", 1)[0]), payload
+
+
+def _expect(status: int, body: bytes, expected: int, what: str) -> None:
+    if status != expected:
+        raise BenchError(f"{what}: HTTP {status} (expected {expected}): {body[:300]!r}")
+
+
+class Scenarios:
+    """The operations of bench/api.py, in-process (one client)."""
+
+    def __init__(self, client: InProcessClient, rp_uuids: list[str]) -> None:
+        self.client = client
+        self.rp_uuids = rp_uuids
+        self.count = 0
+
+    def version(self) -> None:
+        _expect(*self.client.request("GET", "/v2"), 200, "GET /v2")
+
+    def deployables(self) -> None:
+        _expect(*self.client.request("GET", "/v2/deployables"), 200, "GET /v2/deployables")
+
+    def profile(self) -> None:
+        self.count += 1
+        name = f"bench-{os.getpid()}-{self.count}"
+        status, body = self.client.request(
+            "POST", "/v2/device_profiles", [{"name": name, "groups": [{"resources:FPGA": "1"}]}]
+        )
+        _expect(status, body, 201, "POST /v2/device_profiles")
+        uuid_ = json.loads(body)["uuid"]
+        _expect(*self.client.request("DELETE", f"/v2/device_profiles/{uuid_}"), 204, "DELETE")
+
+    def arq(self) -> None:
+        rp_uuid = self.rp_uuids[self.count % len(self.rp_uuids)]
+        self.count += 1
+        status, body = self.client.request(
+            "POST", "/v2/accelerator_requests", {"device_profile_name": ARQ_PROFILE}
+        )
+        _expect(status, body, 201, "POST /v2/accelerator_requests")
+        (arq,) = json.loads(body)["arqs"]
+        instance = str(uuid.uuid4())
+        ops = [
+            {"op": "add", "path": "/hostname", "value": HOSTNAME},
+            {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
+            {"op": "add", "path": "/instance_uuid", "value": instance},
+        ]
+        status, body = self.client.request("PATCH", "/v2/accelerator_requests", {arq["uuid"]: ops})
+        _expect(status, body, 202, "PATCH /v2/accelerator_requests (bind)")
+        status, body = self.client.request(
+            "DELETE", f"/v2/accelerator_requests?instance={instance}"
+        )
+        _expect(status, body, 204, "DELETE /v2/accelerator_requests?instance=")
+
+
+def seed(client: InProcessClient) -> list[str]:
+    devices = [fpga(f"0000:{0x10 + i:02x}:00.0", handles=HANDLES) for i in range(DEPLOYABLES)]
+    status, body = client.request(
+        "PUT", f"/agent/v1/hosts/{HOSTNAME}/inventory", snapshot(HOSTNAME, devices)
+    )
+    _expect(status, body, 200, "PUT inventory")
+    status, body = client.request("GET", "/v2/deployables")
+    _expect(status, body, 200, "GET /v2/deployables")
+    deployables = json.loads(body)["deployables"]
+    groups = [{"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"}]
+    status, body = client.request(
+        "POST", "/v2/device_profiles", [{"name": ARQ_PROFILE, "groups": groups}]
+    )
+    _expect(status, body, 201, "POST /v2/device_profiles")
+    return [d["rp_uuid"] for d in deployables]
+
+
+def measure(op, ops: int, warmup: int, rounds: int) -> list[float]:
+    """CPU milliseconds per operation, one figure per round."""
+    for _ in range(warmup):
+        op()
+    figures = []
+    for _ in range(rounds):
+        start = time.process_time()
+        for _ in range(ops):
+            op()
+        figures.append((time.process_time() - start) * 1000 / ops)
+    return figures
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="bench/api_inprocess.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--db", choices=("sqlite", "postgresql", "mariadb"), default="sqlite")
+    parser.add_argument("--mysql-driver", choices=("pymysql", "mysqldb"), default="pymysql")
+    parser.add_argument("--ops", type=int, default=300, help="Operations per round (300).")
+    parser.add_argument("--warmup", type=int, default=50, help="Unmeasured operations (50).")
+    parser.add_argument("--rounds", type=int, default=3, help="Measured rounds (3).")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--profile", metavar="PATH", help="Write cProfile statistics too.")
+    args = parser.parse_args(argv)
+    args.scenarios = [s for s in args.scenarios.split(",") if s]
+    unknown = set(args.scenarios) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from exosuit.api.deploy import loadapp
+    from exosuit.conf import make_conf
+    from exosuit.db import migration
+    from exosuit.db.api import Database
+
+    workdir = tempfile.mkdtemp(prefix="exosuit-bench-inprocess-")
+    database = db = None
+    try:
+        database = BenchDatabase(args.db, workdir, args.mysql_driver)
+        db = Database(database.url)
+        migration.upgrade(db)
+        conf = make_conf([], state_path=workdir, host=HOSTNAME)
+        if "inventory" in conf and "new_device_activation" in conf.inventory:
+            # The bench binds what its agent reports: new devices ready (doc/devices.md).
+            conf.set_override("new_device_activation", "ready", group="inventory")
+        client = InProcessClient(loadapp(conf, db))
+        scenarios = Scenarios(client, seed(client))
+        load = os.getloadavg()[0]
+        print(f"in-process, {args.db}, load average {load:.2f} at start")
+        for name in args.scenarios:
+            op = getattr(scenarios, name)
+            figures = measure(op, args.ops, args.warmup, args.rounds)
+            spread = ", ".join(f"{f:.3f}" for f in figures)
+            print(f"  {name:12} {statistics.median(figures):.3f} ms CPU/op ({spread})")
+            if args.profile:
+                profiler = cProfile.Profile()
+                profiler.runcall(measure, op, args.ops, 0, 1)
+                profiler.dump_stats(f"{args.profile}.{name}.pstats")
+    finally:
+        if db is not None:
+            db.dispose()
+        if database is not None:
+            database.drop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BenchError as error:
+        print(f"bench/api_inprocess.py: {error}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,159 @@
+// Building the page. Text always goes in as text nodes (never innerHTML), so
+// whatever the API returns is shown, never interpreted.
+
+// h("a", {href: "#/x", class: "y"}, "text", child, [more]) → an element.
+// Attributes starting with "on" are event listeners; null, undefined and false
+// children are skipped; arrays are flattened.
+export function h(tag, attrs = {}, ...children) {
+  const element = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name.startsWith("on")) element.addEventListener(name.slice(2), value);
+    else element.setAttribute(name, value === true ? "" : String(value));
+  }
+  append(element, children);
+  return element;
+}
+
+function append(element, children) {
+  for (const child of children) {
+    if (child === null || child === undefined || child === false) continue;
+    if (Array.isArray(child)) append(element, child);
+    else if (child instanceof Node) element.appendChild(child);
+    else element.appendChild(document.createTextNode(String(child)));
+  }
+}
+
+export const link = (href, text, attrs = {}) => h("a", { href, ...attrs }, text);
+export const hostLink = (name) =>
+  name ? link(`#/hosts/${encodeURIComponent(name)}`, name) : "—";
+export const deviceLink = (uuid, text) =>
+  uuid ? link(`#/devices/${encodeURIComponent(uuid)}`, text || short(uuid)) : "—";
+
+// The first block of a UUID, with the whole one as a tooltip.
+export function short(uuid) {
+  if (!uuid) return "—";
+  return h("span", { class: "uuid", title: uuid }, String(uuid).split("-")[0]);
+}
+
+// A coloured word: the kind is derived from the word unless given.
+const KINDS = {
+  ok: ["enabled", "present", "succeeded", "bound", "free", "reporting", "synced"],
+  warn: ["maintaining", "pending", "running", "bindstarted", "initial", "stale", "in use"],
+  bad: ["lost", "failed", "bindfailed", "deleting", "error"],
+};
+export function badge(text, kind) {
+  const word = String(text ?? "—");
+  const found = kind || kindOf(word) || "plain";
+  return h("span", { class: `badge ${found}` }, word);
+}
+
+// Seconds as "12 s", "4 min", "3 h", "2 d".
+export function age(seconds) {
+  if (seconds === null || seconds === undefined) return "never";
+  const s = Math.max(0, Number(seconds));
+  if (s < 90) return `${Math.round(s)} s`;
+  if (s < 5400) return `${Math.round(s / 60)} min`;
+  if (s < 172800) return `${Math.round(s / 3600)} h`;
+  return `${Math.round(s / 86400)} d`;
+}
+
+// An API timestamp in the browser's time zone, short; the exact value as tooltip.
+export function time(iso) {
+  if (!iso) return "—";
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return iso;
+  const text = date.toLocaleString(undefined, { dateStyle: "short", timeStyle: "medium" });
+  return h("time", { datetime: iso, title: iso }, text);
+}
+
+// A section: a heading and its content.
+export function section(title, ...content) {
+  return h("section", { class: "card" }, h("h2", {}, title), ...content);
+}
+
+// A table in a box that scrolls sideways on a narrow screen (the page does not).
+// columns: [{title, cell: (row) => text or node, class?}].
+export function table(columns, rows, empty = "None.") {
+  if (!rows.length) return h("p", { class: "muted" }, empty);
+  return h(
+    "div",
+    { class: "scroll" },
+    h(
+      "table",
+      {},
+      h("thead", {}, h("tr", {}, columns.map((c) => h("th", { class: c.class }, c.title)))),
+      h(
+        "tbody",
+        {},
+        rows.map((row) =>
+          h("tr", {}, columns.map((c) => h("td", { class: c.class }, c.cell(row)))),
+        ),
+      ),
+    ),
+  );
+}
+
+// name → value pairs, as a definition list.
+export function facts(pairs) {
+  return h(
+    "dl",
+    { class: "facts" },
+    pairs.map(([name, value]) => [h("dt", {}, name), h("dd", {}, value ?? "—")]),
+  );
+}
+
+function kindOf(word) {
+  return Object.keys(KINDS).find((k) => KINDS[k].includes(String(word).toLowerCase()));
+}
+
+// Counts ({name: n}) as small chips, in ``order`` then by name; ``href(name)`` makes
+// each a link. A bad state (failed, lost …) with a count is shown in red.
+export function counts(map, href, order = []) {
+  const rank = (name) => (order.includes(name) ? order.indexOf(name) : order.length);
+  const names = Object.keys(map || {}).sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+  if (!names.length) return h("p", { class: "muted" }, "None.");
+  return h(
+    "ul",
+    { class: "counts" },
+    names.map((name) =>
+      h(
+        "li",
+        { class: map[name] && kindOf(name) === "bad" ? "bad" : false },
+        href ? link(href(name), name) : h("span", {}, name),
+        h("strong", {}, String(map[name])),
+      ),
+    ),
+  );
+}
+
+// "a, b, c" or "—".
+export const joined = (items) => (items && items.length ? items.join(", ") : "—");
+
+// An attach handle's or a device's PCI address from Cyborg's {domain, bus, device,
+// function}; any other shape as compact JSON.
+export function attachInfo(info) {
+  if (info && typeof info === "object" && "bus" in info && "function" in info) {
+    return `${info.domain || "0000"}:${info.bus}:${info.device}.${info.function}`;
+  }
+  if (info === null || info === undefined) return "—";
+  return typeof info === "string" ? info : JSON.stringify(info);
+}
+
+// Cyborg's attributes_list (a JSON string of one-key objects) as {rc, traits}.
+export function deployableAttributes(attributesList) {
+  let items = [];
+  try {
+    items = JSON.parse(attributesList || "[]");
+  } catch {
+    items = [];
+  }
+  const result = { rc: null, traits: [] };
+  for (const item of items) {
+    for (const [key, value] of Object.entries(item)) {
+      if (key === "rc") result.rc = value;
+      else if (key.startsWith("trait")) result.traits.push(value);
+    }
+  }
+  return result;
+}

@@ -1,0 +1,228 @@
+"""/v2/claims (microversion 2.8): standalone claims, devices bound by Exosuit itself
+(doc/standalone.md). A claim is made in the database (exosuit/db/claims.py) and, when
+Placement is configured, allocated there (exosuit/placement/claims.py)."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from typing import Any
+
+from exosuit import exceptions
+from exosuit.api import pagination, wsgi
+from exosuit.api.handlers import programs
+from exosuit.api.policies import claims as policies
+from exosuit.api.schemas import claims as schema
+from exosuit.api.schemas import limits
+from exosuit.db import arqs as arqs_db
+from exosuit.db import claims as db
+from exosuit.placement import claims as placement
+
+__all__ = ["PAGING", "create_claim", "delete_claim", "get_claim", "list_claims", "renew_claim"]
+
+PAGING = pagination.Paging(sort_keys=frozenset(db.SORT_COLUMNS))
+# Placement refusals (its capacity taken by Nova meanwhile) one POST works around at most.
+MAX_PLACEMENT_REFUSALS = 8
+
+
+def _device(device: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "arq_uuid": device["arq_uuid"],
+        "device_uuid": device["device_uuid"],
+        "deployable_uuid": device["deployable_uuid"],
+        "rp_uuid": device["rp_uuid"],
+        "attach_handle_uuid": device["attach_handle_uuid"],
+        "attach_handle_type": device["attach_handle_type"],
+        "attach_handle_info": device["attach_handle_info"],
+        "cdi_device": device["cdi_device"],
+    }
+
+
+def _serialize(req: wsgi.Request, claim: dict[str, Any]) -> dict[str, Any]:
+    """CLAIM (doc/standalone.md)."""
+    return {
+        "uuid": claim["uuid"],
+        "project_id": claim["project_id"],
+        "user_id": claim["user_id"],
+        "consumer": claim["consumer"],
+        "hostname": claim["hostname"],
+        "device_profile_name": claim["device_profile_name"],
+        "state": claim["state"],
+        "reason": claim["reason"],
+        "container": bool(claim["container"]),
+        "expires_at": wsgi.format_time(claim["expires_at"]),
+        "created_at": wsgi.format_time(claim["created_at"]),
+        "released_at": wsgi.format_time(claim["released_at"]),
+        "devices": [_device(d) for d in claim["devices"]],
+        "cdi": {"state": claim["cdi_state"], "reason": claim["cdi_reason"]},
+        "links": [req.link("claims", claim["uuid"])],
+    }
+
+
+def _scope(req: wsgi.Request) -> db.Scope:
+    """Admins see every project's claims; everyone else only their project's."""
+    if req.context.is_admin_role:
+        return db.Scope(None)
+    return db.Scope(req.context.project_id)
+
+
+def _uuid(req: wsgi.Request) -> str:
+    uuid = req.arg("uuid")
+    if not wsgi.is_uuid_like(uuid):  # no claim has such an id
+        raise exceptions.ClaimNotFound(uuid=uuid)
+    return uuid
+
+
+def parse_request(req: wsgi.Request, body: Any) -> db.ClaimRequest:
+    """The POST body as a ClaimRequest of the caller's project: 400 for a body that
+    names both a profile and attach handles, or neither, that is not POST_CLAIM_V2_8,
+    or that asks more ARQs than ``[api] max_arqs_per_request``."""
+    if isinstance(body, dict) and ("device_profile_name" in body) == ("attach_handles" in body):
+        raise wsgi.ApiError(
+            400,
+            "Give exactly one of device_profile_name (Exosuit picks the devices) or "
+            "attach_handles (these ones).",
+            "exosuit.claim.selection",
+        )
+    wsgi.validate(body, schema.POST_CLAIM_V2_8)
+    handles = tuple(h.lower() for h in body.get("attach_handles", ()))
+    limit = limits.Limits.from_conf(req.app.conf).arqs_per_request
+    if len(handles) > limit:
+        raise limits.exceeded(
+            f"The claim names {len(handles)} attach handles", limit, "max_arqs_per_request"
+        )
+    return db.ClaimRequest(
+        project_id=req.context.project_id,
+        user_id=req.context.user_id,
+        profile_name=body.get("device_profile_name"),
+        handles=handles,
+        hostname=body.get("hostname"),
+        consumer=body.get("consumer"),
+        expires_in=body.get("expires_in"),
+        container=bool(body.get("container", False)),
+    )
+
+
+def _bind(req: wsgi.Request, request: db.ClaimRequest, **options: Any) -> db.Created:
+    """Make the claim in the database; the images a profile group asks for are looked up
+    only when one does (outside the transaction: Glance is an HTTP call)."""
+    conf = req.app.conf
+    options.update(
+        skip_locked=req.app.db.supports_skip_locked,
+        handles_per_unit={
+            k: int(v) for k, v in conf.accelerator_requests.attach_handles_per_unit.items()
+        },
+        max_arqs=conf.api.max_arqs_per_request,
+    )
+    try:
+        return req.app.db.write(db.create, request, **options)
+    except arqs_db.ProgramsToResolve:
+        assert request.profile_name is not None
+        groups = req.app.db.read(db.program_groups, request.profile_name)
+        # NOTE: the same resolution as a bind's (handlers/programs.py), by group here.
+        needs = {i: programs._need(req, request.project_id, g) for i, g in groups.items()}
+        return req.app.db.write(db.create, request, programs=needs, **options)
+
+
+def make(req: wsgi.Request, request: db.ClaimRequest) -> db.Created:
+    """The claim, made in the database and then, with Placement configured, allocated
+    there: a refusal gives the handles back and tries other providers; Placement not
+    answering gives everything back (503)."""
+    allocator = placement.allocator(req.app.conf)
+    uuid = str(uuidlib.uuid4())
+    refused: list[str] = []
+    exclude: set[str] = set()
+    while True:
+        try:
+            created = _bind(
+                req, request, uuid=uuid, exclude=exclude, placement=allocator is not None
+            )
+        except exceptions.ClaimUnsatisfiable as error:
+            if not refused:
+                raise
+            raise exceptions.ClaimUnsatisfiable(
+                reason=f"Placement refused {'; '.join(refused)}; then {error.kwargs['reason']}"
+            ) from None
+        if allocator is None or not created.created:
+            return created
+        try:
+            allocator.allocate(created.claim, req.app.db.read(db.allocation, created.claim))
+            return created
+        except placement.Refused as refusal:
+            req.app.db.write(db.abandon, uuid, allocation_unknown=False)
+            refused.append(f"{', '.join(sorted(refusal.rps))} ({refusal.detail})")
+            exclude |= refusal.rps
+        except exceptions.PlacementUnavailable as error:
+            req.app.db.write(db.abandon, uuid, allocation_unknown=True)
+            raise wsgi.ApiError(
+                503,
+                f"The claim could not be allocated in Placement (nothing is held): {error}",
+                error.code,
+                headers=[("Retry-After", "2")],
+            ) from None
+        if len(refused) >= MAX_PLACEMENT_REFUSALS:
+            raise exceptions.ClaimUnsatisfiable(reason=f"Placement refused {'; '.join(refused)}")
+
+
+def create_claim(req: wsgi.Request):
+    """201 with the claim, bound; 202 while a program its profile asks runs (state
+    ``pending``, then ``bound`` or ``failed``). The live claim of the same ``consumer``
+    is answered again (idempotent). 409 ``exosuit.claim.unsatisfiable`` (nothing held);
+    404 for an unknown profile, attach handle or host; 503 when Placement does not
+    answer (nothing held)."""
+    req.app.authorize(req, policies.CREATE)
+    request = parse_request(req, wsgi.extract_json(req))
+    claim = make(req, request).claim
+    status = 202 if claim["state"] == db.PENDING else 201
+    headers = [("Location", req.link("claims", claim["uuid"])["href"])]
+    return wsgi.json_response(status, _serialize(req, claim), headers=headers)
+
+
+def list_claims(req: wsgi.Request):
+    """200 ``{"claims": [...]}``: the caller's project's (an admin's: every project's, or
+    ``project``'s), filtered by ``hostname``, ``state`` (comma-separated), ``consumer``."""
+    req.app.authorize(req, policies.GET_ALL)
+    states = wsgi.query_list(req, "state")
+    unknown = sorted(set(states or ()) - set(db.STATES))
+    if unknown:
+        raise wsgi.ApiError(
+            400, f"Unknown claim state(s): {', '.join(unknown)}.", "exosuit.query.state"
+        )
+    project = pagination.text_param(req, "project")
+    page = pagination.page_from_request(req, PAGING)
+    rows = req.app.db.read(
+        db.list_claims,
+        _scope(req),
+        project_id=project if req.context.is_admin_role else None,
+        hostname=pagination.text_param(req, "hostname"),
+        states=states,
+        consumer=pagination.text_param(req, "consumer"),
+        page=page,
+    )
+    body: dict[str, Any] = {}
+    rows = pagination.next_link(req, page, rows, body, PAGING)
+    body["claims"] = [_serialize(req, c) for c in rows]
+    return wsgi.json_response(200, body)
+
+
+def get_claim(req: wsgi.Request):
+    """200 with the claim; 404 if it does not exist or belongs to another project."""
+    req.app.authorize(req, policies.GET)
+    claim = req.app.db.read(db.get, _uuid(req), _scope(req))
+    return wsgi.json_response(200, _serialize(req, claim))
+
+
+def delete_claim(req: wsgi.Request):
+    """204: the claim released, every device freed at once (its Placement allocation is
+    deleted by the conductor). Idempotent: a released claim answers 204 again."""
+    req.app.authorize(req, policies.DELETE)
+    req.app.db.write(db.release, _uuid(req), _scope(req))
+    return wsgi.json_response(204)
+
+
+def renew_claim(req: wsgi.Request):
+    """200 with the claim, now expiring ``expires_in`` seconds from now; 409
+    ``exosuit.claim.released`` for a released claim."""
+    req.app.authorize(req, policies.RENEW)
+    body = wsgi.extract_json(req, schema.POST_RENEW_V2_8)
+    claim = req.app.db.write(db.renew, _uuid(req), _scope(req), body["expires_in"])
+    return wsgi.json_response(200, _serialize(req, claim))

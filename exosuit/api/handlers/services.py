@@ -1,0 +1,65 @@
+"""/v2/services (microversion 2.7): the services devices offer, across the fleet
+(doc/devices.md, Services)."""
+
+from __future__ import annotations
+
+import re
+
+from exosuit.api import pagination, wsgi
+from exosuit.api.policies import services as policies
+from exosuit.db import services as db
+
+_BOOLEANS = {"true": True, "false": False}
+PAGING = pagination.Paging(
+    sort_keys=frozenset(db.SORT_COLUMNS),
+    default_key="id",
+    default_dir="asc",
+    marker_field="id",
+    marker_pattern=re.compile(r"[0-9]{1,9}"),  # within the integer column
+    marker_kind="a service id",
+)
+
+
+def _serialize(service: dict) -> dict:
+    return {
+        "id": service["id"],
+        "device_uuid": service["device_uuid"],
+        "hostname": service["hostname"],
+        "device_type": service["device_type"],
+        "driver_name": service["driver_name"],
+        "activation": service["activation"],
+        "kind": service["kind"],
+        "name": service["name"],
+        "enabled": service["enabled"],
+        "details": service["details"],
+    }
+
+
+def filters(req: wsgi.Request) -> dict:
+    """The exact-match filters: hostname, type (the device's), kind, name, enabled (true
+    or false: 400 otherwise)."""
+    found: dict = {}
+    for name in ("hostname", "type", "kind", "name"):
+        value = pagination.text_param(req, name)
+        if value is not None:
+            found[name] = value
+    enabled = req.GET.get("enabled")
+    if enabled is not None:
+        if enabled not in _BOOLEANS:
+            raise wsgi.ApiError(
+                400, f"enabled must be true or false, not {enabled!r}.", "exosuit.query.enabled"
+            )
+        found["enabled"] = _BOOLEANS[enabled]
+    return found
+
+
+def list_services(req: wsgi.Request):
+    """200 ``{"services": [...]}``, by id; filters hostname, type, kind, name, enabled;
+    ``next`` while more remain."""
+    req.app.authorize(req, policies.GET_ALL)
+    page = pagination.page_from_request(req, PAGING)
+    rows = req.app.db.read(db.list_services, filters=filters(req), page=page)
+    body: dict = {}
+    rows = pagination.next_link(req, page, rows, body, PAGING)
+    body["services"] = [_serialize(s) for s in rows]
+    return wsgi.json_response(200, body)

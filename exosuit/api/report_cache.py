@@ -1,0 +1,109 @@
+"""What an unchanged agent report is answered from, kept between reports.
+
+An unchanged report (its hash only) is answered from the host's last snapshot hash,
+report time, observed generation and desired generation (exosuit/db/inventory.py,
+``HostReport``). This process keeps them per host with the version of the counter
+``HOST_REPORTS`` they were read at: every committed transaction that changes a host's
+snapshot hash or desired generation, in any API process or the conductor, makes that
+counter grow (exosuit/db/changes.py). An entry is used only when the counter still has
+its version, read *after* the report arrived; so an answer from here is never older
+than the database was when the report came in.
+
+The counter is read once for many reports: ``Version.current`` hands a report the
+value of a read that started after the report arrived, and while one read is running,
+the reports that arrive wait for the next one, which one of them starts as it ends.
+With many reports at once (a fleet reporting every minute), one small read answers
+all that arrived meanwhile, and a report whose entry is current costs no database
+round trip of its own.
+
+The report time and the observed generation of an entry may be older than the
+database's (another process moved them): that costs a compare-and-set that finds
+nothing to do, never a wrong answer, since both only grow. Memory is bounded:
+``max_entries`` entries, the oldest dropped first.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+__all__ = ["ReportCache", "Version"]
+
+T = TypeVar("T")
+
+
+class Version:
+    """A database counter's value, read after the caller asked, shared by callers."""
+
+    def __init__(self, read: Callable[[], int]) -> None:
+        self._read = read
+        self._cond = threading.Condition()
+        self._started = 0  # reads started so far
+        self._finished = 0  # the index (in start order) of the last read finished
+        self._value = 0  # its value
+        self._reading = False
+
+    def current(self) -> int:
+        """The counter's value from a read that started after this call: one running
+        read at a time, its value shared by every caller that came before it started."""
+        with self._cond:
+            arrival = self._started  # a read started before now may be older than now
+            while self._finished <= arrival:
+                if not self._reading:
+                    self._reading = True
+                    self._started += 1
+                    index = self._started
+                    break
+                self._cond.wait()
+            else:
+                return self._value
+        value: int | None = None
+        try:
+            value = self._read()
+            return value
+        finally:
+            with self._cond:
+                self._reading = False
+                if value is not None:
+                    self._finished, self._value = index, value
+                self._cond.notify_all()
+
+
+class ReportCache(Generic[T]):
+    """host → (the version it was read at, what was read), at most ``max_entries``."""
+
+    def __init__(self, version: Version, max_entries: int) -> None:
+        self.version = version
+        self.max_entries = max_entries
+        self._entries: dict[str, tuple[int, T]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, hostname: str) -> T | None:
+        """What was read of ``hostname`` if nothing it shows has changed since; None
+        when unknown here or possibly changed (read it again)."""
+        entry = self._entries.get(hostname)
+        if entry is None:
+            return None
+        if entry[0] != self.version.current():
+            self.forget(hostname)
+            return None
+        return entry[1]
+
+    def put(self, hostname: str, version: int, value: T) -> None:
+        """Keep ``value``, read of ``hostname`` when the counter was at ``version``."""
+        if self.max_entries <= 0:
+            return
+        with self._lock:
+            self._entries.pop(hostname, None)
+            while len(self._entries) >= self.max_entries:
+                del self._entries[next(iter(self._entries))]  # the oldest
+            self._entries[hostname] = (version, value)
+
+    def forget(self, hostname: str) -> None:
+        """Read the host's row again next time (this process wrote to it)."""
+        with self._lock:
+            self._entries.pop(hostname, None)
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,361 @@
+"""``exosuit device list|show|ready|inactive|drain|undrain|health``: the physical cards of
+every host (``/v2/devices``), marking them ready or inactive (API 2.7), draining them for
+maintenance and their health (API 2.9; doc/devices.md)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from cliff.lister import Lister
+from cliff.show import ShowOne
+
+from exosuit.cli.base import ApiCommand, Filter, ListCommand, ShowCommand, cells, segment
+from exosuit.cli.client import CLIError
+from exosuit.cli.waiting import add_wait_options, wait_for
+
+__all__ = [
+    "DeviceDrain",
+    "DeviceHealth",
+    "DeviceInactive",
+    "DeviceList",
+    "DeviceReady",
+    "DeviceShow",
+    "DeviceUndrain",
+]
+
+
+class DeviceList(ListCommand):
+    """List devices: one physical card (or PCI function) of a host each."""
+
+    path = "/v2/devices"
+    key = "devices"
+    # activation (2.7) took vendor's place: the table still fits 80 columns.
+    columns = ("uuid", "hostname", "type", "model", "status", "presence", "activation")
+    long_columns = (
+        "vendor",
+        "status_reason",
+        "activation_reason",
+        "driver_name",
+        "pci_address",
+        "numa_node",
+        "firmware_version",
+        "presence_reason",
+        "std_board_info",
+        "vendor_board_info",
+        "services",
+        "usage",
+        "usage_seen_at",
+        "maintenance",
+        "holders",
+        "health",
+        "created_at",
+        "updated_at",
+    )
+    sort_keys = ("created_at", "uuid", "hostname", "type", "vendor")
+    filters = (
+        Filter("--host", "hostname", "Only the devices of this host.", "HOSTNAME"),
+        Filter("--type", "type", "Only devices of this type (FPGA, GPU, …).", "TYPE"),
+        Filter("--vendor", "vendor", "Only devices of this vendor id (10de, …).", "VENDOR"),
+        Filter(
+            "--status",
+            "status",
+            "Only enabled or maintaining devices (API 2.3).",
+            "STATUS",
+            needs="2.3",
+        ),
+        Filter(
+            "--activation",
+            "activation",
+            "Only devices in this activation (inactive, activating, ready, deactivating; API 2.7).",
+            "ACTIVATION",
+            needs="2.7",
+        ),
+    )
+
+
+class DeviceShow(ShowCommand):
+    """Show one device, every field."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument("uuid", metavar="DEVICE", help="The device's UUID.")
+        return parser
+
+    def item(self, parsed_args):
+        return self.api.get(f"/v2/devices/{segment(parsed_args.uuid)}")
+
+
+OUTCOME_COLUMNS = ("uuid", "hostname", "activation", "outcome", "reason")
+# Where a device asked ready or inactive ends (its agent's outcome): ready or inactive.
+_ENDED = ("ready", "inactive")
+
+
+class _Activate(ApiCommand, Lister):
+    """Mark devices ready or inactive."""
+
+    needs = "2.7"
+    state: str
+    exit_code = 0
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument(
+            "uuids", metavar="DEVICE", nargs="*", help="A device's UUID (or use --host/--type)."
+        )
+        parser.add_argument("--host", metavar="HOSTNAME", help="Every device of this host.")
+        parser.add_argument("--type", metavar="TYPE", help="Every device of this type.")
+        parser.add_argument("--driver", metavar="DRIVER", help="Every device of this driver.")
+        add_wait_options(parser, "each device's agent has reported the outcome")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace):
+        selection = {
+            k: v
+            for k, v in (
+                ("hostname", parsed_args.host),
+                ("type", parsed_args.type),
+                ("driver", parsed_args.driver),
+            )
+            if v is not None
+        }
+        if bool(parsed_args.uuids) == bool(selection):
+            # A usage error (exit status 2), as argparse's.
+            self.app.stderr.write(
+                f"exosuit device {self.state}: name the devices, or select them with "
+                "--host/--type/--driver (not both)\n"
+            )
+            raise SystemExit(2)
+        if parsed_args.uuids:
+            selection["uuids"] = parsed_args.uuids
+        answer = self.api.post("/v2/device_activations", {"state": self.state, **selection})
+        devices = answer["devices"]
+        if parsed_args.wait:
+            devices = self._wait(parsed_args, devices)
+        if any(d["outcome"] == "refused" for d in devices) or (
+            parsed_args.wait and any(d["activation"] != self.state for d in devices)
+        ):
+            self.exit_code = self.exit_code or 1
+        return OUTCOME_COLUMNS, [cells(d, OUTCOME_COLUMNS, parsed_args.formatter) for d in devices]
+
+    def _wait(self, parsed_args, devices: list[dict]) -> list[dict]:
+        moving = {d["uuid"] for d in devices if d["activation"] not in _ENDED}
+        hosts = sorted({d["hostname"] for d in devices if d["uuid"] in moving})
+
+        def poll() -> list[dict]:
+            now: dict[str, Any] = {}
+            for host in hosts:
+                for found in self.api.list("/v2/devices", "devices", {"hostname": host}):
+                    now[found["uuid"]] = found
+            updated = []
+            for d in devices:
+                current = now.get(d["uuid"])
+                if d["uuid"] in moving and current is not None:
+                    d = {**d, "activation": current["activation"]}
+                    d["reason"] = current["activation_reason"] or d["reason"]
+                updated.append(d)
+            return updated
+
+        found, _ = wait_for(
+            self,
+            parsed_args,
+            poll,
+            lambda rows: all(r["activation"] in _ENDED for r in rows),
+            lambda rows: (
+                f"{sum(r['activation'] in _ENDED for r in rows)}/{len(rows)} devices "
+                f"{self.state} or failed"
+            ),
+            first=devices,
+        )
+        return found
+
+    def run(self, parsed_args):
+        super().run(parsed_args)
+        return self.exit_code
+
+
+class DeviceReady(_Activate):
+    """Mark devices ready: offered once their agent installed them (API 2.7, admin).
+
+    Their host's agent runs their driver's install step; a device is offered once it
+    succeeded.
+
+    With --wait, wait for each agent's outcome: exit status 0 when every device is
+    ready, 1 when one failed (its reason shown) or was refused."""
+
+    state = "ready"
+
+
+class DeviceInactive(_Activate):
+    """Mark devices inactive: no longer offered (API 2.7, admin).
+
+    Their agent undoes the install step. Refused for a device an accelerator request
+    holds (the holders named).
+
+    With --wait, wait until every device is inactive."""
+
+    state = "inactive"
+
+
+# -- drain (API 2.9) ---------------------------------------------------------------------------
+
+
+def holder_text(holder: dict[str, Any]) -> str:
+    """One holder of a device, for a person: its ARQ and the instance or claim behind it."""
+    behind = (
+        f"claim {holder['claim_uuid']}"
+        if holder.get("claim_uuid")
+        else f"instance {holder.get('instance_uuid') or '-'}"
+    )
+    return f"ARQ {holder['arq_uuid']} ({behind})"
+
+
+def drain_cells(item: dict[str, Any], names: Sequence[str], formatter: str) -> tuple[Any, ...]:
+    """``cells``, with the holders as one line each in a table (structured in JSON/YAML)."""
+    if formatter not in ("json", "yaml") and item.get("holders"):
+        item = {**item, "holders": [holder_text(h) for h in item["holders"]]}
+    return cells(item, names, formatter)
+
+
+def add_drain_wait(parser: argparse.ArgumentParser, what: str) -> None:
+    add_wait_options(parser, f"nothing holds {what} any more (drained)")
+
+
+def describe_drain(name: str, held: int) -> str:
+    if not held:
+        return f"{name}: drained"
+    return f"{name}: draining, {held} attach handle(s) still held"
+
+
+DRAIN_COLUMNS = ("uuid", "hostname", "status", "maintenance", "holders")
+
+
+class _DrainDevice(ApiCommand, ShowOne):
+    needs = "2.9"
+    action: str
+    exit_code = 0
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("uuid", metavar="DEVICE", help="The device's UUID.")
+        if self.action == "drain":
+            add_drain_wait(parser, "the device")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace):
+        path = f"/v2/devices/{segment(parsed_args.uuid)}"
+        device = self.api.post(f"{path}/{self.action}", None)
+        if getattr(parsed_args, "wait", False) and device["maintenance"] == "draining":
+
+            def poll() -> dict[str, Any]:
+                found: dict[str, Any] = self.api.get(path)
+                return {name: found.get(name) for name in DRAIN_COLUMNS}
+
+            device, stopped = wait_for(
+                self,
+                parsed_args,
+                poll,
+                lambda d: d["maintenance"] != "draining",
+                lambda d: describe_drain(f"device {d['uuid']}", len(d["holders"] or ())),
+                first=device,
+            )
+            if not stopped and device["maintenance"] != "drained":
+                # Undrained (or enabled) by someone else meanwhile: it will not drain.
+                self.app.stderr.write(
+                    f"device {device['uuid']} is {device['status']} again: no longer draining\n"
+                )
+                self.exit_code = 1
+        return DRAIN_COLUMNS, drain_cells(device, DRAIN_COLUMNS, parsed_args.formatter)
+
+    def run(self, parsed_args):
+        super().run(parsed_args)
+        return self.exit_code
+
+
+class DeviceDrain(_DrainDevice):
+    """Drain a device for maintenance: nothing new goes on it (API 2.9, admin).
+
+    The device becomes maintaining (reserved in Placement, refused by binds and claims,
+    no longer offered to Kubernetes); what holds it keeps it. Shown: its maintenance,
+    draining while held (the holders listed) and drained once nothing holds it.
+
+    With --wait, wait until it is drained, showing how many attach handles are still
+    held."""
+
+    action = "drain"
+
+
+class DeviceUndrain(_DrainDevice):
+    """Undrain a device: it is enabled and offered again (API 2.9, admin)."""
+
+    action = "undrain"
+
+
+# -- health (API 2.9) --------------------------------------------------------------------------
+
+HEALTH_COLUMNS = ("uuid", "hostname", "type", "state", "reason", "since", "offered", "held_by")
+# One device's: when it is offered again (held back by its agent) and what holds it.
+HEALTH_DETAIL_COLUMNS = ("offered_at", "holders")
+
+
+def health_row(device: dict[str, Any]) -> dict[str, Any]:
+    """A device body (or the health action's answer) as one row of health."""
+    health = device.get("health") or {
+        k: device.get(k) for k in ("state", "reason", "since", "offered", "held_by", "offered_at")
+    }
+    return {
+        "uuid": device.get("uuid"),
+        "hostname": device.get("hostname"),
+        "type": device.get("type"),
+        **health,
+        "holders": device.get("holders") or [],
+    }
+
+
+class DeviceHealth(ApiCommand, Lister):
+    """Show devices' health, and clear or hold one back (API 2.9).
+
+    Without DEVICE: every device's health (--host: one host's). A device its agent
+    reported unhealthy is held back (offered: False) from Placement, binds, claims and
+    Kubernetes until it has been healthy for the server's [health] recover_after, or
+    until an operator clears it (--clear, admin). --hold REASON holds a device back by
+    hand until a clear (admin). doc/devices.md, "Health"."""
+
+    needs = "2.9"
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("uuid", metavar="DEVICE", nargs="?", help="The device's UUID.")
+        parser.add_argument("--host", metavar="HOSTNAME", help="Only the devices of this host.")
+        action = parser.add_mutually_exclusive_group()
+        action.add_argument(
+            "--clear", action="store_true", help="Offer the device again now (admin)."
+        )
+        action.add_argument(
+            "--hold",
+            metavar="REASON",
+            help="Hold the device back from every offer until a clear (admin).",
+        )
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace):
+        acting = parsed_args.clear or parsed_args.hold is not None
+        if acting and not parsed_args.uuid:
+            raise CLIError("--clear and --hold act on one device: name it (DEVICE)")
+        if parsed_args.uuid:
+            path = f"/v2/devices/{segment(parsed_args.uuid)}"
+            if parsed_args.clear:
+                found = self.api.post(f"{path}/health", {"clear": True})
+            elif parsed_args.hold is not None:
+                found = self.api.post(f"{path}/health", {"hold": True, "reason": parsed_args.hold})
+            else:
+                found = self.api.get(path)
+            names = HEALTH_COLUMNS + HEALTH_DETAIL_COLUMNS
+            row = health_row(found)
+            return names, [drain_cells(row, names, parsed_args.formatter)]
+        params = {"hostname": parsed_args.host} if parsed_args.host else {}
+        items = self.api.list("/v2/devices", "devices", params)
+        return HEALTH_COLUMNS, [
+            cells(health_row(item), HEALTH_COLUMNS, parsed_args.formatter) for item in items
+        ]
