@@ -30,12 +30,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from exosuit import schemas
 from exosuit.agent.cache import AgentCache, AgentState, FinishedActivation
-from exosuit.agent.http import transport_errors
-from exosuit.agent.plugins import DriverSet
-from exosuit.agent.reporter import Session
-from exosuit.drivers.base import Device, Driver, Installable, InstallError
+from exosuit.agent.plugins import DriverSet, driver_failure, where
+from exosuit.agent.reporter import Session, put_outcome
+from exosuit.drivers.base import Device, Installable, InstallError
 
 LOG = logging.getLogger(__name__)
 
@@ -152,9 +150,11 @@ class ActivationReconciler:
         self._deliver(state, uuid, finished)
 
     def _install(self, item: Mapping[str, Any]) -> str | None:
-        found = self._find(item)
+        found = self.plugins.find(item["controlpath_id"], prefer=item.get("driver"))
         if found is None:
-            raise _Failed(f"the device {_where(item)} is not found on host {self.hostname}")
+            raise _Failed(
+                f"the device {where(item['controlpath_id'])} is not found on host {self.hostname}"
+            )
         driver, device = found
         if not isinstance(driver, Installable):
             return None  # no host work: found is all it takes
@@ -162,21 +162,27 @@ class ActivationReconciler:
         try:
             driver.install(device, settings)
         except Exception as error:  # a driver's failure is the reason reported
-            raise _Failed(_message(error)) from error
-        again = self._find(item, prefer=driver.name)
+            raise _Failed(_failure(error)) from error
+        again = self.plugins.find(item["controlpath_id"], prefer=driver.name)
         if again is None:
-            raise _Failed(f"after the install step the device {_where(item)} is no longer found")
+            raise _Failed(
+                f"after the install step the device {where(item['controlpath_id'])} is no "
+                "longer found"
+            )
         if not _installed(driver, again[1], settings):
             raise _Failed(
                 f"after the install step the driver {driver.name} does not find the "
-                f"device {_where(item)} installed"
+                f"device {where(item['controlpath_id'])} installed"
             )
         return None
 
     def _uninstall(self, item: Mapping[str, Any]) -> str | None:
-        found = self._find(item)
+        found = self.plugins.find(item["controlpath_id"], prefer=item.get("driver"))
         if found is None:
-            return f"the device {_where(item)} is not on host {self.hostname}: nothing to undo"
+            return (
+                f"the device {where(item['controlpath_id'])} is not on host {self.hostname}: "
+                "nothing to undo"
+            )
         driver, device = found
         if not isinstance(driver, Installable):
             return None
@@ -184,41 +190,20 @@ class ActivationReconciler:
         try:
             driver.uninstall(device, settings)
         except Exception as error:
-            raise _Failed(_message(error)) from error
+            raise _Failed(_failure(error)) from error
         return None
-
-    def _find(
-        self, item: Mapping[str, Any], *, prefer: str | None = None
-    ) -> tuple[Driver, Device] | None:
-        """The driver and device ``item`` names, as discovered now: found by the driver
-        named ``prefer`` (default: the item's ``driver``), else by the first that does."""
-        prefer = prefer if prefer is not None else item.get("driver")
-        return self.plugins.find(item["controlpath_id"], prefer=prefer)
 
     # -- reports -----------------------------------------------------------------------
 
     def _deliver(self, state: AgentState, uuid: str, finished: FinishedActivation) -> None:
         url = f"{self.endpoint}/agent/v1/hosts/{self.hostname}/activations/{uuid}"
-        try:
-            response = self.session.put(
-                url,
-                json=finished["report"],
-                raise_exc=False,
-                timeout=self.timeout,
-                authenticated=self.session.auth is not None,
-            )
-        except transport_errors() as error:
-            LOG.warning("device %s: the outcome is not reported yet (%s); will retry", uuid, error)
+        what = f"device {uuid}: the outcome"
+        response = put_outcome(
+            self.session, url, finished["report"], timeout=self.timeout, what=what
+        )
+        if response is None:
             return
         status = response.status_code
-        if status >= 500 or status in (401, 403, 408, 429):
-            LOG.warning(
-                "device %s: the outcome is not reported yet (%s %s); will retry",
-                uuid,
-                status,
-                response.text[:200],
-            )
-            return
         if status == 409:
             LOG.info(
                 "device %s: the operator changed its activation since: %s", uuid, _text(response)
@@ -242,23 +227,12 @@ def _installed(driver: Installable, device: Device, settings: Mapping[str, Any])
     try:
         return bool(driver.installed(device, settings))
     except Exception as error:
-        raise _Failed(f"checking the install failed: {_message(error)}") from error
-
-
-def _message(error: Exception) -> str:
-    """A driver's ``InstallError`` says why in its own words; anything else is named."""
-    if isinstance(error, InstallError):
-        return str(error) or type(error).__name__
-    return f"{type(error).__name__}: {error}"
-
-
-def _where(item: Mapping[str, Any]) -> str:
-    """The device as an operator knows it: its PCI address when the id is one."""
-    info = item["controlpath_id"].get("cpid_info")
-    if isinstance(info, Mapping) and {"domain", "bus", "device", "function"} <= set(info):
-        return f"{info['domain']}:{info['bus']}:{info['device']}.{info['function']}"
-    return schemas.device_identity(item["controlpath_id"])
+        raise _Failed(f"checking the install failed: {_failure(error)}") from error
 
 
 def _text(response: Any) -> str:
     return str(response.text)[:200]
+
+
+def _failure(error: Exception) -> str:
+    return driver_failure(error, InstallError)

@@ -47,9 +47,8 @@ from typing import Any
 
 from exosuit import schemas
 from exosuit.agent.cache import AgentCache, AgentState, ContainerSpecs
-from exosuit.agent.http import transport_errors
 from exosuit.agent.plugins import DriverSet
-from exosuit.agent.reporter import Session
+from exosuit.agent.reporter import Session, put_outcome
 from exosuit.drivers.base import AttachHandle, ContainerDevice, ContainerEdits, Device, Driver
 
 LOG = logging.getLogger(__name__)
@@ -547,28 +546,13 @@ class CdiReconciler:
         if specs["report"] is None or specs["state"] == "pending":
             return
         url = f"{self.endpoint}/agent/v1/hosts/{self.hostname}/claims/{claim}"
-        try:
-            response = self.session.put(
-                url,
-                json=specs["report"],
-                raise_exc=False,
-                timeout=self.timeout,
-                authenticated=self.session.auth is not None,
-            )
-        except transport_errors() as error:
-            LOG.warning(
-                "claim %s: the CDI outcome is not reported yet (%s); will retry", claim, error
-            )
+        what = f"claim {claim}: the CDI outcome"
+        response = put_outcome(
+            self.session, url, dict(specs["report"]), timeout=self.timeout, what=what
+        )
+        if response is None:
             return
         status = response.status_code
-        if status >= 500 or status in (401, 403, 408, 429):
-            LOG.warning(
-                "claim %s: the CDI outcome is not reported yet (%s %s); will retry",
-                claim,
-                status,
-                response.text[:200],
-            )
-            return
         if status == 404:
             LOG.info("claim %s: the API does not know it (released): its CDI specs removed", claim)
             if self._remove(claim, specs):

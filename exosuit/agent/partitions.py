@@ -30,12 +30,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from exosuit import schemas
 from exosuit.agent.cache import AgentCache, AgentState, FinishedPartition
-from exosuit.agent.http import transport_errors
-from exosuit.agent.plugins import DriverSet
-from exosuit.agent.reporter import Session
-from exosuit.drivers.base import Device, Driver, Partitionable, PartitionError
+from exosuit.agent.plugins import DriverSet, driver_failure, where
+from exosuit.agent.reporter import Session, put_outcome
+from exosuit.drivers.base import Partitionable, PartitionError
 
 LOG = logging.getLogger(__name__)
 
@@ -140,9 +138,11 @@ class PartitionReconciler:
         self._deliver(state, uuid, finished)
 
     def _apply(self, item: Mapping[str, Any]) -> None:
-        found = self._find(item)
+        found = self.plugins.find(item["controlpath_id"], prefer=item.get("driver"))
         if found is None:
-            raise _Failed(f"the device {_where(item)} is not found on host {self.hostname}")
+            raise _Failed(
+                f"the device {where(item['controlpath_id'])} is not found on host {self.hostname}"
+            )
         driver, device = found
         if not isinstance(driver, Partitionable):
             raise _Failed(f"the driver {driver.name} cannot partition devices")
@@ -150,52 +150,33 @@ class PartitionReconciler:
         try:
             driver.partition(device, layout)
         except Exception as error:  # a driver's failure is the reason reported
-            raise _Failed(_message(error)) from error
-        again = self._find(item, prefer=driver.name)
+            raise _Failed(_failure(error)) from error
+        again = self.plugins.find(item["controlpath_id"], prefer=driver.name)
         if again is None:
-            raise _Failed(f"after partitioning, the device {_where(item)} is no longer found")
+            raise _Failed(
+                f"after partitioning, the device {where(item['controlpath_id'])} is no longer found"
+            )
         try:
             done = bool(driver.partitioned(again[1], layout))
         except Exception as error:
-            raise _Failed(f"checking the partitions failed: {_message(error)}") from error
+            raise _Failed(f"checking the partitions failed: {_failure(error)}") from error
         if not done:
             raise _Failed(
                 f"after partitioning, the driver {driver.name} does not find the device "
-                f"{_where(item)} as the layout asks"
+                f"{where(item['controlpath_id'])} as the layout asks"
             )
-
-    def _find(
-        self, item: Mapping[str, Any], *, prefer: str | None = None
-    ) -> tuple[Driver, Device] | None:
-        """The driver and device ``item`` names, as discovered now: found by the driver
-        named ``prefer`` (default: the item's ``driver``), else by the first that does."""
-        prefer = prefer if prefer is not None else item.get("driver")
-        return self.plugins.find(item["controlpath_id"], prefer=prefer)
 
     # -- reports -----------------------------------------------------------------------
 
     def _deliver(self, state: AgentState, uuid: str, finished: FinishedPartition) -> None:
         url = f"{self.endpoint}/agent/v1/hosts/{self.hostname}/partitions/{uuid}"
-        try:
-            response = self.session.put(
-                url,
-                json=finished["report"],
-                raise_exc=False,
-                timeout=self.timeout,
-                authenticated=self.session.auth is not None,
-            )
-        except transport_errors() as error:
-            LOG.warning("device %s: the partition outcome is not reported yet (%s)", uuid, error)
+        what = f"device {uuid}: the partition outcome"
+        response = put_outcome(
+            self.session, url, dict(finished["report"]), timeout=self.timeout, what=what
+        )
+        if response is None:
             return
         status = response.status_code
-        if status >= 500 or status in (401, 403, 408, 429):
-            LOG.warning(
-                "device %s: the partition outcome is not reported yet (%s %s); will retry",
-                uuid,
-                status,
-                str(response.text)[:200],
-            )
-            return
         if status == 409:
             LOG.info("device %s: the operator set another layout since", uuid)
         elif status == 404:
@@ -213,16 +194,5 @@ class PartitionReconciler:
         self.cache.save(state)
 
 
-def _message(error: Exception) -> str:
-    """A driver's ``PartitionError`` says why in its own words; anything else is named."""
-    if isinstance(error, PartitionError):
-        return str(error) or type(error).__name__
-    return f"{type(error).__name__}: {error}"
-
-
-def _where(item: Mapping[str, Any]) -> str:
-    """The device as an operator knows it: its PCI address when the id is one."""
-    info = item["controlpath_id"].get("cpid_info")
-    if isinstance(info, Mapping) and {"domain", "bus", "device", "function"} <= set(info):
-        return f"{info['domain']}:{info['bus']}:{info['device']}.{info['function']}"
-    return schemas.device_identity(item["controlpath_id"])
+def _failure(error: Exception) -> str:
+    return driver_failure(error, PartitionError)

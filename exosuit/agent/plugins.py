@@ -37,12 +37,37 @@ from exosuit.drivers.runner import CommandRunner, RecordedRunner, SubprocessRunn
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["DriverSet", "config_digest", "health_options", "installed_plugins"]
+__all__ = [
+    "DriverSet",
+    "config_digest",
+    "driver_failure",
+    "health_options",
+    "installed_plugins",
+    "where",
+]
 
 # The wire's bounds (schemas/inventory-v1.json, "drivers").
 MAX_DRIVERS = 100
 MAX_VERSION = 64
 MAX_ERROR = 4096
+
+
+def where(controlpath_id: Mapping[str, Any]) -> str:
+    """A device as an operator knows it: its PCI address when its control-path id is
+    one, else its identity."""
+    info = controlpath_id.get("cpid_info")
+    if isinstance(info, Mapping) and {"domain", "bus", "device", "function"} <= set(info):
+        return f"{info['domain']}:{info['bus']}:{info['device']}.{info['function']}"
+    return schemas.device_identity(controlpath_id)
+
+
+def driver_failure(error: Exception, own: type[Exception]) -> str:
+    """The reason an operator reads for a driver step that raised ``error``: a driver's
+    own error (``own``: InstallError, PartitionError …) says why in its own words;
+    anything else is named."""
+    if isinstance(error, own):
+        return str(error) or type(error).__name__
+    return f"{type(error).__name__}: {error}"
 
 
 def installed_plugins() -> dict[str, str | None]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import email.utils
 import json
+import logging
 import math
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -18,12 +19,15 @@ from typing import Any, Protocol
 from exosuit.agent.clock import Clock, SystemClock
 from exosuit.agent.http import transport_errors, unreachable
 
+LOG = logging.getLogger(__name__)
+
 __all__ = [
     "DESIRED_GENERATION_HEADER",
     "ReportOutcome",
     "Reporter",
     "Response",
     "Session",
+    "put_outcome",
     "retry_after_seconds",
 ]
 
@@ -181,3 +185,29 @@ def _message(response: Response) -> str:
         # JSON that is not an object (a bare string, a number): the text as it is.
         return str(fault.get("faultstring", inner)) if isinstance(fault, dict) else inner
     return str(body)[:500]
+
+
+# Answers after which an outcome is sent again later (the API may take it then).
+RETRIED_STATUSES = frozenset({401, 403, 408, 429})
+
+
+def put_outcome(
+    session: Session, url: str, body: dict[str, Any], *, timeout: float, what: str
+) -> Response | None:
+    """PUT the outcome of host work (an activation, a partition layout, a CDI spec, a
+    bind's slice) to the API: its response once the API has settled it (any answer but
+    the ones below; a 400 will not be taken later either), or None when the API was
+    unreachable or answered 5xx, 401, 403, 408 or 429, logged as ``what`` "is not
+    reported yet …; will retry": the caller keeps the outcome and sends it again."""
+    try:
+        response = session.put(
+            url, json=body, raise_exc=False, timeout=timeout, authenticated=session.auth is not None
+        )
+    except transport_errors() as error:
+        LOG.warning("%s is not reported yet (%s); will retry", what, error)
+        return None
+    status = response.status_code
+    if status >= 500 or status in RETRIED_STATUSES:
+        LOG.warning("%s is not reported yet (%s %s); will retry", what, status, response.text[:200])
+        return None
+    return response

@@ -15,8 +15,9 @@ operator's driver overrides (agent/plugins.py: drivers enabled, disabled or reco
 without a restart), discovers again when asked to ("discover now": after a random delay
 within the ``spread`` the desired state gives), and runs the install and uninstall steps
 of devices being activated (agent/activations.py), applies the partition layouts it
-lists (agent/partitions.py), and writes the CDI spec files of the
-claims it hands to containers (agent/cdi.py). Each report carries the generation
+lists (agent/partitions.py), makes and removes the on-demand slices of its binds
+(agent/slices.py), and writes the CDI spec files of the claims it hands to containers
+(agent/cdi.py). Each report carries the generation
 applied (``observed_generation``) and the drivers' live figures (``usage``), both
 outside the snapshot's hash.
 """
@@ -38,6 +39,7 @@ from exosuit.agent.partitions import PartitionReconciler
 from exosuit.agent.plugins import DriverSet
 from exosuit.agent.programs import ProgramReconciler
 from exosuit.agent.reporter import Reporter, ReportOutcome
+from exosuit.agent.slices import SliceReconciler
 from exosuit.agent.snapshot import discover, make_snapshot
 from exosuit.backoff import backoff_delay
 from exosuit.drivers.base import Driver
@@ -60,7 +62,8 @@ class Agent:
     the desired state is read only from the inventory answers); ``activations``: the
     reconciler of its install and uninstall steps (default: one reporting through
     ``reporter``'s session); ``partitions``: that of its partition layouts (the same
-    default); ``cdi``: the writer of its containers' CDI specs (None:
+    default); ``slices``: the maker of its on-demand slices (the same default); ``cdi``:
+    the writer of its containers' CDI specs (None:
     none written)."""
 
     def __init__(
@@ -81,6 +84,7 @@ class Agent:
         activations: ActivationReconciler | None = None,
         cdi: CdiReconciler | None = None,
         partitions: PartitionReconciler | None = None,
+        slices: SliceReconciler | None = None,
     ) -> None:
         self.hostname = hostname
         self.plugins = drivers if isinstance(drivers, DriverSet) else DriverSet.fixed(drivers)
@@ -116,6 +120,17 @@ class Agent:
                 reporter.session,
                 reporter.endpoint,
                 cache,
+                timeout=reporter.timeout,
+            )
+        )
+        self.slices = (
+            slices
+            if slices is not None
+            else SliceReconciler(
+                hostname,
+                self.plugins,
+                reporter.session,
+                reporter.endpoint,
                 timeout=reporter.timeout,
             )
         )
@@ -313,6 +328,8 @@ class Agent:
             if self.activations.step(self.state):
                 return
             if self.partitions.step(self.state):
+                return
+            if self.slices.step(self.state):
                 return
             if self.cdi is not None:
                 self.cdi.step(self.state)

@@ -602,6 +602,7 @@ SHAPES: dict[str, Schema] = {
             "drivers": {"type": "object"},
             "activations": {"type": "array", "items": {"type": "object"}},
             "partitions": {"type": "array", "items": {"type": "object"}},
+            "slices": {"type": "array", "items": {"type": "object"}},
             "containers": {"type": "array", "items": {"type": "object"}},
         }
     ),

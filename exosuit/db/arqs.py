@@ -40,6 +40,7 @@ from exosuit import exceptions
 from exosuit.db import audit, models, offers
 from exosuit.db import nova as nova_db
 from exosuit.db import programs as programs_db
+from exosuit.db.desired_state import bump
 from exosuit.db.pagination import Page, paginate
 from exosuit.db.placement import enqueue_sync
 
@@ -292,6 +293,7 @@ _Q_DEPLOYABLE = (
         dev.c.activation,
         dev.c.health_held,
         dev.c.health_reason,
+        dev.c.partition_on_demand,
         dev.c.uuid.label("device_uuid"),
         dev.c.id.label("device_id"),
         dev.c.type.label("device_type"),
@@ -365,7 +367,13 @@ _Q_DELETE_LOST_HANDLE = sa.delete(ah).where(
     ah.c.id == sa.bindparam("p_id"), ah.c.presence == "lost"
 )
 _Q_DEVICE_OF_HANDLE = (
-    sa.select(dev.c.id, dev.c.presence, ah.c.presence.label("handle_presence"))
+    sa.select(
+        dev.c.id,
+        dev.c.presence,
+        dev.c.hostname,
+        dev.c.partition_on_demand,
+        ah.c.presence.label("handle_presence"),
+    )
     .select_from(
         ah.join(dep, ah.c.deployable_id == dep.c.id).join(dev, dep.c.device_id == dev.c.id)
     )
@@ -687,6 +695,9 @@ def _release_handle(conn: Connection, handle_id: int | None) -> None:
         _Q_RELEASE_HANDLE, {"p_id": handle_id, "p_now": models.utcnow()}
     ).rowcount
     row = conn.execute(_Q_DEVICE_OF_HANDLE, {"p_id": handle_id}).first()
+    if released == 1 and row is not None and row.partition_on_demand:
+        # Its slice was made for the holder: the host's agent removes it now.
+        bump(conn, [row.hostname])
     _collect_lost_device(conn, row)
     # A handle its host stopped reporting while it was held goes once released. The
     # release locked it (its row, or the database on SQLite), so the presence just read
@@ -925,6 +936,16 @@ def program_groups(
     return found
 
 
+# The attach types of slices an on-demand layout makes (doc/devices.md, "Partitions").
+SLICE_TYPES = ("MDEV", "MIG")
+
+
+def _is_slice(conn: Connection, handle_id: int) -> bool:
+    """Whether the attach handle is a slice (an mdev, a MIG instance), not a function."""
+    found = conn.execute(sa.select(ah.c.attach_type).where(ah.c.id == handle_id)).scalar()
+    return found in SLICE_TYPES
+
+
 def _wait_or_bind(
     conn: Connection,
     binding: Binding,
@@ -937,6 +958,11 @@ def _wait_or_bind(
     """How the bind ends now that it holds a handle: Bound, waiting for its host (a
     program queued), or the reason it fails."""
     if need is None:
+        if deployable.partition_on_demand and _is_slice(conn, handle_id):
+            # The slice is made for this bind: the host's agent makes it (its desired
+            # state's ``slices``) and reports the bind done (doc/devices.md, Partitions).
+            bump(conn, [deployable.hostname])
+            return _Q_WAIT_FOR_HOST, None
         return (_Q_WAIT_FOR_HOST if _needs_host_work(group, deployable) else _Q_BOUND), None
     loaded = deployable.bitstream_id
     if loaded is not None and loaded in (need.bitstream_id, need.image and need.image.uuid):

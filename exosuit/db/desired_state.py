@@ -6,11 +6,19 @@
      "drivers": {"pci": {"enabled": False, "config": {}}},
      "activations": [{"device", "controlpath_id", "driver", "action", "generation"}],
      "partitions": [{"device", "controlpath_id", "driver", "layout", "generation"}],
+     "slices": [{"device", "controlpath_id", "driver", "layout",
+                 "held": [{"arq", "state", "attach_handle": {"type", "info"}}]}],
      "containers": [{"claim", "devices": [{"name", "class", "device", "controlpath_id",
                                            "driver", "attach_handle": {"type", "info"}}]}]}
 
 ``partitions``: the devices whose partition layout is being applied (doc/devices.md,
 "Partitions"; exosuit/db/partitions.py), each with the layout and its generation.
+
+``slices``: the devices whose applied layout is on demand (``"on_demand": true``), each
+with the slices held now (the attach handles ARQs hold: ``state`` BindStarted while the
+bind waits for its slice, Bound after). The agent makes exactly those of the device's
+on-demand slices and removes the others, and reports each BindStarted one made (or not)
+through ``PUT …/accelerator_requests/{arq}``.
 
 ``containers``: the host's bound standalone claims made with ``container`` (2.8,
 doc/standalone.md), whose CDI spec files the agent writes: each device's CDI id is
@@ -61,6 +69,7 @@ PENDING = {ACTIVATING: "install", DEACTIVATING: "uninstall"}
 
 # A device whose partition layout its agent is applying (exosuit/db/partitions.py).
 APPLYING_PARTITION = "applying"
+APPLIED_PARTITION = "applied"
 
 # The host_drivers row of what was asked for every host (no host is named "").
 FLEET = ""
@@ -91,6 +100,13 @@ _Q_HOST_STATE = sa.select(
     sa.exists()
     .where(dev.c.hostname == _HOST, dev.c.partition_state == APPLYING_PARTITION)
     .label("partitioning"),
+    sa.exists()
+    .where(
+        dev.c.hostname == _HOST,
+        dev.c.partition_on_demand.is_(True),
+        dev.c.partition_state == APPLIED_PARTITION,
+    )
+    .label("slicing"),
     sa.exists()
     .where(hd.c.hostname.in_((_HOST, FLEET)), hd.c.desired_generation.is_not(None))
     .label("overridden"),
@@ -135,6 +151,46 @@ _Q_PARTITIONS = (
     )
     .where(dev.c.hostname == _HOST, dev.c.partition_state == APPLYING_PARTITION)
     .order_by(dev.c.id)
+)
+_Q_SLICING = (
+    sa.select(
+        dev.c.id,
+        dev.c.uuid,
+        sa.func.coalesce(dev.c.plugin, dev.c.driver_name).label("driver"),
+        dev.c.partition_layout,
+        cpid.c.cpid_type,
+        cpid.c.cpid_info,
+    )
+    .select_from(
+        dev.outerjoin(cpid, sa.and_(cpid.c.device_id == dev.c.id, cpid.c.id == _first_cpid))
+    )
+    .where(
+        dev.c.hostname == _HOST,
+        dev.c.partition_on_demand.is_(True),
+        dev.c.partition_state == APPLIED_PARTITION,
+    )
+    .order_by(dev.c.id)
+)
+_Q_HELD_SLICES = (
+    sa.select(
+        dep.c.device_id,
+        arq.c.uuid,
+        arq.c.state,
+        ah.c.attach_type,
+        ah.c.attach_info,
+    )
+    .select_from(
+        ah.join(dep, dep.c.id == ah.c.deployable_id)
+        .join(dev, dev.c.id == dep.c.device_id)
+        .join(arq, arq.c.attach_handle_id == ah.c.id)
+    )
+    .where(
+        dev.c.hostname == _HOST,
+        ah.c.attach_type.in_(("MDEV", "MIG")),  # slices (arqs.SLICE_TYPES)
+        dev.c.partition_on_demand.is_(True),
+        dev.c.partition_state == APPLIED_PARTITION,
+    )
+    .order_by(ah.c.id)
 )
 _Q_DISCOVERY = (
     sa.select(dh.c.generation, disc.c.spread)
@@ -218,6 +274,7 @@ def desired_state(conn: Connection, hostname: str) -> dict[str, Any]:
             "drivers": {},
             "activations": [],
             "partitions": [],
+            "slices": [],
             "containers": [],
         }
     params = {"p_hostname": hostname}
@@ -233,6 +290,7 @@ def desired_state(conn: Connection, hostname: str) -> dict[str, Any]:
         "drivers": _overrides(conn, hostname) if row.overridden else {},
         "activations": _activations(conn, hostname) if row.activating else [],
         "partitions": _partitions(conn, hostname) if row.partitioning else [],
+        "slices": _slices(conn, hostname) if row.slicing else [],
         "containers": _containers(conn, hostname) if row.containing else [],
     }
 
@@ -279,6 +337,35 @@ def _partitions(conn: Connection, hostname: str) -> list[dict[str, Any]]:
             "generation": int(r.partition_generation or 0),
         }
         for r in conn.execute(_Q_PARTITIONS, {"p_hostname": hostname})
+    ]
+
+
+def _slices(conn: Connection, hostname: str) -> list[dict[str, Any]]:
+    params = {"p_hostname": hostname}
+    held: dict[int, list[dict[str, Any]]] = {}
+    for r in conn.execute(_Q_HELD_SLICES, params):
+        held.setdefault(r.device_id, []).append(
+            {
+                "arq": r.uuid,
+                "state": r.state,
+                "attach_handle": {
+                    "type": r.attach_type,
+                    "info": json.loads(r.attach_info) if r.attach_info else {},
+                },
+            }
+        )
+    return [
+        {
+            "device": r.uuid,
+            "controlpath_id": {
+                "cpid_type": r.cpid_type,
+                "cpid_info": json.loads(r.cpid_info) if r.cpid_info else {},
+            },
+            "driver": r.driver,
+            "layout": json.loads(r.partition_layout) if r.partition_layout else {},
+            "held": held.get(r.id, []),
+        }
+        for r in conn.execute(_Q_SLICING, params)
     ]
 
 

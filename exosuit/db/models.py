@@ -106,6 +106,10 @@ class Device(TimestampMixin, Base):
     # The host's desired-state generation when the layout was set: the agent's outcome
     # names it, so that a late one for an older layout is refused.
     partition_generation: Mapped[int | None] = mapped_column(sa.Integer)
+    # The layout makes its slices on demand: made for a bind, removed at its release.
+    partition_on_demand: Mapped[bool] = mapped_column(
+        sa.Boolean, nullable=False, default=False, server_default="0"
+    )
     # Health (doc/devices.md, "Health"): ok | warning | unhealthy as its agent last
     # reported it (a device without health in the report is ok), why, and since when
     # (None: ok since it was first seen).

@@ -78,6 +78,7 @@ _Q_SET = (
         partition_state=sa.bindparam("p_state"),
         partition_reason=sa.bindparam("p_reason"),
         partition_generation=sa.bindparam("p_generation"),
+        partition_on_demand=sa.bindparam("p_on_demand"),
         updated_at=sa.bindparam("p_now"),
     )
 )
@@ -121,6 +122,7 @@ def _row(conn: Connection, uuid: str, *, lock: bool) -> sa.Row[*tuple[Any, ...]]
         dev.c.partition_state,
         dev.c.partition_reason,
         dev.c.partition_generation,
+        dev.c.partition_on_demand,
     ).where(dev.c.uuid == uuid.lower())
     row = conn.execute(stmt.with_for_update() if lock else stmt).first()
     if row is None:
@@ -192,6 +194,11 @@ def set_layout(conn: Connection, uuid: str, layout: Mapping[str, Any]) -> dict[s
     or applied changes nothing (idempotent); after a failure it is applied again.
     Raises DeviceNotFound, PartitionInUse (a slice in use would go; nothing changes).
     Returns ``get``'s view."""
+    if layout.get("on_demand") and "vfs" in layout:
+        raise exceptions.Invalid(
+            reason="a VF layout cannot be on demand: the kernel makes and removes a "
+            "device's VFs all at once (sriov_numvfs), never one for one bind"
+        )
     row = _row(conn, uuid, lock=True)
     slices = _slices(conn, row, lock=True)
     old = json.loads(row.partition_layout) if row.partition_layout else None
@@ -211,6 +218,7 @@ def set_layout(conn: Connection, uuid: str, layout: Mapping[str, Any]) -> dict[s
             "p_state": APPLYING,
             "p_reason": None,
             "p_generation": generation,
+            "p_on_demand": bool(layout.get("on_demand")),
             "p_now": models.utcnow(),
         },
     )
@@ -256,6 +264,7 @@ def record_outcome(
                     "p_state": state,
                     "p_reason": why,
                     "p_generation": generation,
+                    "p_on_demand": row.partition_on_demand,
                     "p_now": models.utcnow(),
                 },
             )

@@ -57,6 +57,7 @@ __all__ = [
     "Installable",
     "LoadedImage",
     "Mount",
+    "OnDemandSlices",
     "PartitionError",
     "Partitionable",
     "ProgramError",
@@ -315,6 +316,33 @@ class Partitionable(Protocol):
     def partition(self, device: Device, layout: Mapping[str, Any]) -> None: ...
 
     def partitioned(self, device: Device, layout: Mapping[str, Any]) -> bool: ...
+
+
+@runtime_checkable
+class OnDemandSlices(Protocol):
+    """A ``Partitionable`` driver that makes slices on demand implements these too
+    (doc/drivers.md, "Partitions"; doc/devices.md, "Partitions").
+
+    With ``"on_demand": true`` in a device's layout, ``partition`` creates no slice (it
+    removes those the layout no longer allows, as ever) and discovery offers every slice
+    the layout allows, made or not, each as the attach handle it has once made: the
+    same ``attach_info`` either way (a slice's identity never depends on whether it
+    exists). A bind of one then waits until the agent has made it (``make_slice``), and
+    once it is released the agent removes it (``remove_slice``).
+
+    ``made_slices`` lists the device's on-demand slices that exist now (their attach
+    handles), with no side effects. ``make_slice`` makes the one ``handle`` names
+    (nothing when it exists); ``remove_slice`` removes it (nothing when it does not),
+    raising ``PartitionError`` when it is in use on the host (an mdev ``nvidia/vm_name``
+    names a VM for) or cannot be made or removed. Both are idempotent and write only
+    where ``partition`` does.
+    """
+
+    def made_slices(self, device: Device) -> list[AttachHandle]: ...
+
+    def make_slice(self, device: Device, handle: AttachHandle) -> None: ...
+
+    def remove_slice(self, device: Device, handle: AttachHandle) -> None: ...
 
 
 # A device's health states, least severe first (doc/devices.md, "Health"): ok, fit for

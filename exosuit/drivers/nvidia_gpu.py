@@ -507,10 +507,14 @@ class NvidiaGpuDriver(MdevPartitions, BindingInstall):
         suffix = _trait_token(words[1] if len(words) > 1 else type_name)
 
         # Only mdevs that exist are offered (the install step creates them, ``mdevs``): a
-        # handle for an instance still available would be a device that is not there.
+        # handle for an instance still available would be a device that is not there;
+        # but an on-demand layout offers its slots, made or not (a bind makes its own).
         on_bus = self._mdevs_on_bus()
         handles: list[AttachHandle] = []
-        for parent in self._type_parents(parents, vgpu_type):
+        slots = self.on_demand_count(gpu.address)
+        if slots is not None:
+            handles = self._slot_handles(parents, vgpu_type, slots)
+        for parent in self._type_parents(parents, vgpu_type) if slots is None else ():
             available = self._available(parent, vgpu_type)
             existing = self._existing_mdevs(parent, vgpu_type, on_bus)
             handles += self._mdev_handles(parent, vgpu_type, available, existing)

@@ -18,6 +18,14 @@ Nova's own mdev code does (Documentation/driver-api/vfio-mediated-device.rst):
 One vGPU type at a time per GPU (time-sliced vGPUs of one GPU share one type). Count 0
 for every type removes them all and gives the GPU back to its configuration.
 
+``{"mdev": {type: count}, "on_demand": true}`` (``OnDemandSlices``): the GPU offers
+``count`` slots of the type, the first ``count`` of each parent's slot UUIDs (as many per
+parent as its ``available_instances`` and its mdevs of the type allow), made or not;
+``partition`` makes none, and removes every mdev but those slots (never one in use). A
+bind's slot is made (``make_slice``: its UUID written to ``create``) when the agent is
+told, and removed once it is released (``remove_slice``; not while ``nvidia/vm_name``
+names a VM). The count is kept beside the type (``PARTITIONS_FILE``, ``on_demand``).
+
 ``{"mig": {profile: count}}`` on a GPU in MIG mode: exactly ``count`` MIG devices of each
 profile (one GPU instance with one compute instance spanning it each), made and destroyed
 through NVML (exosuit/drivers/nvml_mig.py); profiles the layout does not name are
@@ -34,7 +42,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from exosuit.drivers.base import Device, PartitionError
+from exosuit.drivers.base import AttachHandle, Device, PartitionError, pci_cpid
 from exosuit.drivers.nvml import Nvml, NvmlUnavailable, PynvmlNvml, RecordedNvml
 from exosuit.drivers.nvml_mig import (
     MigControl,
@@ -61,6 +69,7 @@ class MdevPartitions:
     sysfs_root: str
     state_dir: str | None
     _partition_types_here: dict[str, str]
+    _on_demand_here: dict[str, int]
 
     if TYPE_CHECKING:  # the driver's helpers (exosuit/drivers/nvidia_gpu.py)
 
@@ -76,6 +85,7 @@ class MdevPartitions:
         def _created(self) -> dict[str, dict[str, str]]: ...
         def _save_created(self, created: dict[str, dict[str, str]]) -> None: ...
         def _nvml_source(self) -> Nvml | None: ...
+        def _type_parents(self, parents: list[str], vgpu_type: str) -> list[str]: ...
 
     # -- Partitionable -----------------------------------------------------------------
 
@@ -97,8 +107,17 @@ class MdevPartitions:
                 f"{gpu.driver or 'no driver'}); it has: {', '.join(supported) or 'none'}"
             )
         existing = self._all_mdevs(parents)
+        on_demand = bool(layout.get("on_demand")) and vgpu_type is not None and count > 0
         keep = [m for m in existing if m[1] == vgpu_type]
         going = [m for m in existing if m[1] != vgpu_type]
+        if on_demand:
+            assert vgpu_type is not None
+            self._check_slots(address, parents, vgpu_type, count, going)
+            slots = {
+                h.attach_info["mdev_uuid"] for h in self._slot_handles(parents, vgpu_type, count)
+            }
+            going += [m for m in keep if m[2] not in slots]
+            keep = [m for m in keep if m[2] in slots]
         excess = len(keep) - count
         if excess > 0:
             going += self._removable_first(keep)[:excess]
@@ -108,14 +127,14 @@ class MdevPartitions:
             raise PartitionError(
                 f"GPU {address}: the layout would remove mdevs in use, so none is removed: {users}"
             )
-        needed = count - len(keep)
+        needed = 0 if on_demand else count - len(keep)
         if vgpu_type is not None and needed > 0 and not going:
             self._check_room(address, parents, vgpu_type, needed)  # before anything is written
         created = self._created()
         self._remove(address, [mdev for _, _, mdev in going], created)
         if vgpu_type is not None and needed > 0:
             self._create(address, parents, vgpu_type, needed, created)
-        self._save_type(address, vgpu_type if count else None)
+        self._save_type(address, vgpu_type if count else None, count if on_demand else None)
 
     def partitioned(self, device: Device, layout: Mapping[str, Any]) -> bool:
         """Implements [exosuit.drivers.base.Partitionable]: the GPU has exactly the
@@ -136,6 +155,15 @@ class MdevPartitions:
         if gpu is None:
             return False
         existing = self._all_mdevs(self._mdev_parents(gpu))
+        if layout.get("on_demand") and count:
+            slots = [
+                h for d in device.deployables for h in d.attach_handles if h.attach_type == "MDEV"
+            ]
+            return (
+                self.on_demand_count(address) == count
+                and len(slots) == count
+                and all(t == vgpu_type for _, t, _ in existing)
+            )
         if any(t != vgpu_type for _, t, _ in existing) or len(existing) != count:
             return False
         if not count:
@@ -235,6 +263,115 @@ class MdevPartitions:
         """The vGPU type the GPU's layout asks (None: no layout, or no mdev asked)."""
         return self._partition_types().get(address)
 
+    def on_demand_count(self, address: str) -> int | None:
+        """The slots the GPU's on-demand layout offers (None: its layout is not one)."""
+        if self.state_dir is None:
+            counts = dict(getattr(self, "_on_demand_here", {}))
+        else:
+            counts = read_state(self.state_dir, PARTITIONS_FILE).get("on_demand", {})
+        found = counts.get(address)
+        return int(found) if found is not None else None
+
+    # -- OnDemandSlices --------------------------------------------------------------
+
+    def made_slices(self, device: Device) -> list[AttachHandle]:
+        """Implements [exosuit.drivers.base.OnDemandSlices]: the slots offered whose mdev
+        exists."""
+        on_bus = self._mdevs_on_bus()
+        return [
+            h
+            for d in device.deployables
+            for h in d.attach_handles
+            if h.attach_type == "MDEV" and str(h.attach_info.get("mdev_uuid")).lower() in on_bus
+        ]
+
+    def make_slice(self, device: Device, handle: AttachHandle) -> None:
+        """Implements [exosuit.drivers.base.OnDemandSlices]: the slot's UUID written to
+        its parent's ``mdev_supported_types/<type>/create`` (remembered first)."""
+        address, parent, vgpu_type, mdev = self._slot_of(device, handle)
+        if mdev in self._mdevs_on_bus():
+            return
+        created = self._created()
+        created[mdev] = {"gpu": address, "parent": parent, "type": vgpu_type}
+        self._save_created(created)
+        try:
+            self.sysfs.write(*self._type_dir(parent, vgpu_type, "create"), value=mdev)
+        except OSError as error:
+            created.pop(mdev, None)
+            self._save_created(created)
+            raise PartitionError(
+                f"GPU {address}: writing {mdev} to {parent}'s "
+                f"mdev_supported_types/{vgpu_type}/create: {error}"
+            ) from error
+
+    def remove_slice(self, device: Device, handle: AttachHandle) -> None:
+        """Implements [exosuit.drivers.base.OnDemandSlices]: ``1`` written to the mdev's
+        ``remove``; never while ``nvidia/vm_name`` names a VM."""
+        address, _, _, mdev = self._slot_of(device, handle)
+        created = self._created()
+        if mdev not in self._mdevs_on_bus():
+            if created.pop(mdev, None) is not None:
+                self._save_created(created)
+            return
+        vm = self._vm_of(mdev)
+        if vm:
+            raise PartitionError(f"GPU {address}: mdev {mdev} is in use by VM {vm}")
+        self._remove(address, [mdev], created)
+
+    def _slot_of(self, device: Device, handle: AttachHandle) -> tuple[str, str, str, str]:
+        """(GPU address, parent, vGPU type, mdev UUID) of one of the device's MDEV slots."""
+        address = device.pci_address or ""
+        info = handle.attach_info
+        keys = ("domain", "bus", "device", "function")
+        if handle.attach_type != "MDEV" or not all(k in info for k in (*keys, "mdev_uuid")):
+            raise PartitionError(f"GPU {address}: {handle.attach_type} {dict(info)} is no mdev")
+        parent = "{domain}:{bus}:{device}.{function}".format(**info)
+        return address, parent, str(info.get("asked_type")), str(info["mdev_uuid"]).lower()
+
+    def _slot_handles(self, parents: list[str], vgpu_type: str, count: int) -> list[AttachHandle]:
+        """The first ``count`` slots of ``vgpu_type`` over the GPU's parents (each parent as
+        many as its available instances and its mdevs of the type make), as the handles
+        they are once made."""
+        on_bus = self._mdevs_on_bus()
+        handles: list[AttachHandle] = []
+        for parent in self._type_parents(parents, vgpu_type):
+            room = self._available(parent, vgpu_type)
+            room += len(self._existing_mdevs(parent, vgpu_type, on_bus))
+            for index in range(min(room, count - len(handles))):
+                handles.append(
+                    AttachHandle(
+                        "MDEV",
+                        {
+                            **pci_cpid(parent),
+                            "asked_type": vgpu_type,
+                            "vgpu_mark": f"{vgpu_type}_{index}",
+                            "mdev_uuid": self._slot_uuid(parent, vgpu_type, index),
+                        },
+                    )
+                )
+        return handles
+
+    def _check_slots(
+        self,
+        address: str,
+        parents: list[str],
+        vgpu_type: str,
+        count: int,
+        going: list[tuple[str, str, str]],
+    ) -> None:
+        """PartitionError when the GPU cannot offer ``count`` slots of the type (mdevs of
+        other types, which the layout removes, count as room)."""
+        room = 0
+        on_bus = self._mdevs_on_bus()
+        for parent in self._type_parents(parents, vgpu_type):
+            room += self._available(parent, vgpu_type)
+            room += len(self._existing_mdevs(parent, vgpu_type, on_bus))
+        if room < count and not going:
+            raise PartitionError(
+                f"GPU {address}: the layout asks {count} slots of {vgpu_type}; "
+                f"available_instances allows {room}"
+            )
+
     # -- helpers -----------------------------------------------------------------------
 
     def _types(self, parent: str) -> list[str]:
@@ -331,16 +468,30 @@ class MdevPartitions:
         types: dict[str, str] = read_state(self.state_dir, PARTITIONS_FILE).get("types", {})
         return types
 
-    def _save_type(self, address: str, vgpu_type: str | None) -> None:
+    def _save_type(self, address: str, vgpu_type: str | None, slots: int | None = None) -> None:
         types = self._partition_types()
+        counts: dict[str, int] = (
+            dict(getattr(self, "_on_demand_here", {}))
+            if self.state_dir is None
+            else read_state(self.state_dir, PARTITIONS_FILE).get("on_demand", {})
+        )
         if vgpu_type is None:
             types.pop(address, None)
         else:
             types[address] = vgpu_type
+        if slots is None:
+            counts.pop(address, None)
+        else:
+            counts[address] = slots
         if self.state_dir is None:
             self._partition_types_here = types
+            self._on_demand_here = counts
         else:
-            write_state(self.state_dir, PARTITIONS_FILE, {"version": 1, "types": types})
+            write_state(
+                self.state_dir,
+                PARTITIONS_FILE,
+                {"version": 1, "types": types, "on_demand": counts},
+            )
 
 
 def _asked(address: str, layout: Mapping[str, Any]) -> tuple[str | None, int]:

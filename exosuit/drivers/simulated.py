@@ -191,12 +191,13 @@ class SimulatedDriver(SimulatedPartitions):
         buses = iter(rng.sample(range(0x10, 0xFF), 0xFF - 0x10))
         loaded = self._read_state()
         layouts = self.partition_layouts()
+        made = self.made()
         devices = []
         for shape in sorted(self.shapes):
             for index in range(int(self.shapes[shape])):
                 device = SHAPES[shape](self.hostname, index, next(buses), rng)
                 devices.append(
-                    with_partitions(_with_loaded(device, loaded), layouts, self.hostname)
+                    with_partitions(_with_loaded(device, loaded), layouts, self.hostname, made)
                 )
         return devices
 

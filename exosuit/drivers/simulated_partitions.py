@@ -12,6 +12,11 @@ derived from host, address, type and index: the same every discovery), or as one
 ``n`` attach handles instead of 16. A layout of count 0 leaves the device as it was
 shaped (whole). Nothing is in use on a simulated host, so nothing is ever refused for
 being in use here: the API refuses that (exosuit/db/partitions.py).
+
+With ``"on_demand": true`` (mdev and MIG layouts) the slices are offered all the same,
+and which of them are made is kept beside the layout (``made``: PCI address → the mdev
+or MIG UUIDs): ``make_slice`` and ``remove_slice`` (``OnDemandSlices``) add and drop
+one, and the GPU's service shows how many are made (``instances``).
 """
 
 from __future__ import annotations
@@ -125,9 +130,36 @@ def _migs(
     return found
 
 
-def with_partitions(device: Device, layouts: Mapping[str, Any], hostname: str) -> Device:
+def slice_id(handle: AttachHandle) -> str:
+    """What names a slice: its mdev UUID, its MIG UUID (else its attach info)."""
+    info = handle.attach_info
+    return str(info.get("mdev_uuid") or info.get("mig_uuid") or sorted(info.items()))
+
+
+def with_partitions(
+    device: Device,
+    layouts: Mapping[str, Any],
+    hostname: str,
+    made: Mapping[str, list[str]] | None = None,
+) -> Device:
     """The device as its recorded layout shapes it (itself when it has none, or when the
-    layout asks no slice)."""
+    layout asks no slice); ``made``: the on-demand slices made, by PCI address."""
+    shaped = _shaped(device, layouts, hostname)
+    layout = layouts.get(device.pci_address or "")
+    if not layout or not layout.get("on_demand") or shaped is device:
+        return shaped
+    ids = set((made or {}).get(device.pci_address or "", ()))
+    count = sum(1 for d in shaped.deployables for h in d.attach_handles if slice_id(h) in ids)
+    services = tuple(
+        dataclasses.replace(s, details={**s.details, "instances": str(count)})
+        if s.enabled and s.kind in ("vgpu", "mig")
+        else s
+        for s in shaped.services
+    )
+    return dataclasses.replace(shaped, services=services)
+
+
+def _shaped(device: Device, layouts: Mapping[str, Any], hostname: str) -> Device:
     layout = layouts.get(device.pci_address or "")
     if not layout or not device.deployables:
         return device
@@ -178,22 +210,82 @@ def _slices(device: Device) -> dict[str, int]:
 
 
 class SimulatedPartitions:
-    """Implements [exosuit.drivers.base.Partitionable] for the simulated driver."""
+    """Implements [exosuit.drivers.base.Partitionable] and
+    [exosuit.drivers.base.OnDemandSlices] for the simulated driver."""
 
     hostname: str
     state_dir: str | None
     _layouts_here: dict[str, Any]
+    _made_here: dict[str, list[str]]
 
     def partition(self, device: Device, layout: Mapping[str, Any]) -> None:
         """Implements [exosuit.drivers.base.Partitionable]: checks the layout against the
-        model's types and limits, then records it."""
+        model's types and limits, then records it (on demand: with the slices made that
+        it still offers; the others are removed)."""
         _check(device, layout)
+        address = device.pci_address or ""
         layouts = self.partition_layouts()
-        layouts[device.pci_address or ""] = dict(layout)
-        if self.state_dir is None:
-            self._layouts_here = layouts
+        layouts[address] = dict(layout)
+        made = self.made()
+        if layout.get("on_demand"):
+            offered = {
+                slice_id(h)
+                for d in _shaped(device, layouts, self.hostname).deployables
+                for h in d.attach_handles
+            }
+            made[address] = [m for m in made.get(address, []) if m in offered]
         else:
-            write_state(self.state_dir, PARTITIONS_FILE, {"version": 1, "layouts": layouts})
+            made.pop(address, None)
+        self._save(layouts, made)
+
+    # -- OnDemandSlices ----------------------------------------------------------------
+
+    def made_slices(self, device: Device) -> list[AttachHandle]:
+        """Implements [exosuit.drivers.base.OnDemandSlices]."""
+        ids = set(self.made().get(device.pci_address or "", ()))
+        return [h for d in device.deployables for h in d.attach_handles if slice_id(h) in ids]
+
+    def make_slice(self, device: Device, handle: AttachHandle) -> None:
+        """Implements [exosuit.drivers.base.OnDemandSlices]: a slice the device's
+        on-demand layout offers is recorded as made."""
+        address = device.pci_address or ""
+        offered = {slice_id(h) for d in device.deployables for h in d.attach_handles}
+        ident = slice_id(handle)
+        if ident not in offered:
+            raise PartitionError(
+                f"the simulated device {address} offers no slice {ident} (its layout: "
+                f"{self.partition_layouts().get(address)})"
+            )
+        made = self.made()
+        if ident not in made.get(address, []):
+            made.setdefault(address, []).append(ident)
+            self._save(self.partition_layouts(), made)
+
+    def remove_slice(self, device: Device, handle: AttachHandle) -> None:
+        """Implements [exosuit.drivers.base.OnDemandSlices]."""
+        address = device.pci_address or ""
+        made = self.made()
+        ident = slice_id(handle)
+        if ident in made.get(address, []):
+            made[address].remove(ident)
+            self._save(self.partition_layouts(), made)
+
+    def made(self) -> dict[str, list[str]]:
+        """PCI address → the on-demand slices made (their mdev or MIG UUIDs)."""
+        if self.state_dir is None:
+            return {a: list(m) for a, m in getattr(self, "_made_here", {}).items()}
+        made: dict[str, list[str]] = read_state(self.state_dir, PARTITIONS_FILE).get("made", {})
+        return made
+
+    def _save(self, layouts: dict[str, Any], made: dict[str, list[str]]) -> None:
+        if self.state_dir is None:
+            self._layouts_here, self._made_here = layouts, made
+        else:
+            write_state(
+                self.state_dir,
+                PARTITIONS_FILE,
+                {"version": 1, "layouts": layouts, "made": made},
+            )
 
     def partitioned(self, device: Device, layout: Mapping[str, Any]) -> bool:
         """Implements [exosuit.drivers.base.Partitionable]: the discovered device offers

@@ -68,6 +68,7 @@ def test_install_update_uninstall_are_each_hosts_desired_state(api):
         "drivers": {},
         "activations": [],
         "partitions": [],
+        "slices": [],
         "containers": [],
     }
     (row,) = _drivers(api, "?name=pci")

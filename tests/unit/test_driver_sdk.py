@@ -43,6 +43,7 @@ SDK_NAMES = [
     "Installable",
     "LoadedImage",
     "Mount",
+    "OnDemandSlices",
     "PartitionError",
     "Partitionable",
     "PciFunction",
