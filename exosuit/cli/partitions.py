@@ -108,7 +108,8 @@ class PartitionSet(ApiCommand, ShowOne):
         parser.add_argument(
             "--on-demand",
             action="store_true",
-            help="Mark the layout on demand (stored; slices made for a bind are not yet).",
+            help="Make the slices on demand: each made for the bind that takes it, removed "
+            "at its release (mdev; not VFs).",
         )
         add_wait_options(parser, "its agent applied the layout (or failed)")
         return parser

@@ -13,7 +13,10 @@ State table (doc/arq-states.md):
 
 A bind that needs work on its host (``_needs_host_work``) stays BindStarted,
 holding its attach handle, until the host's agent reports the work done
-(``finish_host_work``) or its deadline passes (``time_out_binds``). Every bind
+(``finish_host_work``) or its deadline passes (``time_out_binds``): one that programs its
+device, and one that takes a slice of a device whose partition layout is on demand (the
+agent makes the slice; its release bumps the host's desired state so the agent removes
+it). Every bind
 queues Nova's notification in its own transaction (exosuit/db/nova.py).
 
 A bind whose profile group asks for an image (``accel:bitstream_id``,

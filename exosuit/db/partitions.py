@@ -6,7 +6,9 @@ An operator sets a device's layout, one of::
     {"mig": {"1g.5gb": 7}}               MIG instances: profile → count
     {"vfs": 8}                           SR-IOV VFs
 
-with ``"on_demand": true`` optionally beside it. The layout is desired state: the
+with ``"on_demand": true`` optionally beside it (mdev and MIG: the slices are made for
+each bind by the host's agent and removed at its release; ``partition_on_demand``, and
+exosuit/db/arqs.py, desired_state.py ``slices``). The layout is desired state: the
 device's ``partition_state`` becomes ``applying`` at the host's next desired-state
 generation (``partition_generation``), the agent applies it through the driver and
 reports ``applied`` or ``failed`` (with the reason) naming that generation

@@ -26,13 +26,13 @@ bind's slot is made (``make_slice``: its UUID written to ``create``) when the ag
 told, and removed once it is released (``remove_slice``; not while ``nvidia/vm_name``
 names a VM). The count is kept beside the type (``PARTITIONS_FILE``, ``on_demand``).
 
-``{"mig": {profile: count}}`` on a GPU in MIG mode: exactly ``count`` MIG devices of each
-profile (one GPU instance with one compute instance spanning it each), made and destroyed
-through NVML (exosuit/drivers/nvml_mig.py); profiles the layout does not name are
-destroyed. **Never one in use**: when a MIG device that must go runs processes, nothing
-is destroyed and the layout fails naming them. Switching MIG mode on or off needs a GPU
-reset, which a layout never does: a GPU not in MIG mode refuses a MIG layout. The GPU's
-own SR-IOV VFs are not partitioned by this driver.
+``{"mig": {profile: count}}`` (never on demand) on a GPU in MIG mode: exactly ``count``
+MIG devices of each profile (one GPU instance with one compute instance spanning it
+each), made and destroyed through NVML (exosuit/drivers/nvml_mig.py); profiles the
+layout does not name are destroyed. **Never one in use**: when a MIG device that must go
+runs processes, nothing is destroyed and the layout fails naming them. Switching MIG
+mode on or off needs a GPU reset, which a layout never does: a GPU not in MIG mode
+refuses a MIG layout. The GPU's own SR-IOV VFs are not partitioned by this driver.
 """
 
 from __future__ import annotations
@@ -92,6 +92,12 @@ class MdevPartitions:
     def partition(self, device: Device, layout: Mapping[str, Any]) -> None:
         """Implements [exosuit.drivers.base.Partitionable] (the module's docstring)."""
         if "mig" in layout:
+            if layout.get("on_demand"):
+                raise PartitionError(
+                    f"GPU {device.pci_address}: MIG instances are not made on demand: NVML "
+                    "names a MIG device only once it is made, so there is no slice to offer "
+                    "before; set the MIG layout without on_demand"
+                )
             self._partition_mig(device, layout["mig"])
             return
         address = device.pci_address or ""

@@ -346,3 +346,30 @@ def test_the_nvidia_driver_makes_and_removes_slot_mdevs(tmp_path, sqlite_api):
     os.remove(vm_name)  # the VM is gone: the next step removes it
     assert slicer.step(state) is True
     assert t4_mdevs() == set()
+
+
+def test_the_nvidia_driver_refuses_mig_on_demand(tmp_path):
+    """A MIG instance's UUID is NVML's choice when it is made: there is no slice to
+    offer before, so an on-demand MIG layout fails with that reason, nothing touched."""
+    from exosuit.drivers import DriverContext
+    from exosuit.drivers.nvidia_gpu import NvidiaGpuDriver
+    from exosuit.drivers.runner import RecordedRunner
+    from tests.drivers.fpga_tools import writable_copy
+    from tests.drivers.kernel import Kernel
+
+    kernel = Kernel(writable_copy("nvidia-gpu-host", tmp_path))
+    driver = NvidiaGpuDriver(
+        DriverContext(
+            hostname=HOST,
+            sysfs_root=kernel.root,
+            sysfs=kernel,
+            runner=RecordedRunner.from_file(f"{kernel.root}/commands.json"),
+            settings={"vgpu_types": {}},
+            state_dir=str(tmp_path / "state"),
+        )
+    )
+    gpu = driver.discover()[0]
+    kernel.written.clear()
+    with pytest.raises(PartitionError, match="not made on demand"):
+        driver.partition(gpu, {"mig": {"1g.5gb": 1}, "on_demand": True})
+    assert kernel.written == []

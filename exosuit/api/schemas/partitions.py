@@ -19,8 +19,8 @@ _COUNTS = {
 }
 
 # One kind per layout: {"mdev": {type: count}}, {"mig": {profile: count}} or {"vfs": n},
-# with "on_demand" (meant for slices a bind makes, removed when it is released: stored,
-# not acted on yet; doc/devices.md, "Partitions").
+# with "on_demand" (slices made for a bind, removed when it is released; doc/devices.md,
+# "Partitions").
 PUT_PARTITIONS_V2_9 = {
     "type": "object",
     "properties": {
