@@ -295,6 +295,14 @@ def desired_state(conn: Connection, hostname: str) -> dict[str, Any]:
     }
 
 
+def _controlpath_id(row: sa.Row[*tuple[Any, ...]]) -> dict[str, Any]:
+    """The device's control-path id as the agent's drivers report it."""
+    return {
+        "cpid_type": row.cpid_type,
+        "cpid_info": json.loads(row.cpid_info) if row.cpid_info else {},
+    }
+
+
 def _overrides(conn: Connection, hostname: str) -> dict[str, dict[str, Any]]:
     """The operator's driver overrides for the host: its own rows, else the fleet's."""
     fleet: dict[str, dict[str, Any]] = {}
@@ -312,10 +320,7 @@ def _activations(conn: Connection, hostname: str) -> list[dict[str, Any]]:
     return [
         {
             "device": r.uuid,
-            "controlpath_id": {
-                "cpid_type": r.cpid_type,
-                "cpid_info": json.loads(r.cpid_info) if r.cpid_info else {},
-            },
+            "controlpath_id": _controlpath_id(r),
             "driver": r.driver_name,
             "action": PENDING[r.activation],
             "generation": int(r.activation_generation or 0),
@@ -328,10 +333,7 @@ def _partitions(conn: Connection, hostname: str) -> list[dict[str, Any]]:
     return [
         {
             "device": r.uuid,
-            "controlpath_id": {
-                "cpid_type": r.cpid_type,
-                "cpid_info": json.loads(r.cpid_info) if r.cpid_info else {},
-            },
+            "controlpath_id": _controlpath_id(r),
             "driver": r.driver,
             "layout": json.loads(r.partition_layout) if r.partition_layout else {},
             "generation": int(r.partition_generation or 0),
@@ -357,10 +359,7 @@ def _slices(conn: Connection, hostname: str) -> list[dict[str, Any]]:
     return [
         {
             "device": r.uuid,
-            "controlpath_id": {
-                "cpid_type": r.cpid_type,
-                "cpid_info": json.loads(r.cpid_info) if r.cpid_info else {},
-            },
+            "controlpath_id": _controlpath_id(r),
             "driver": r.driver,
             "layout": json.loads(r.partition_layout) if r.partition_layout else {},
             "held": held.get(r.id, []),
@@ -378,10 +377,7 @@ def _containers(conn: Connection, hostname: str) -> list[dict[str, Any]]:
                 "name": f"{r.claim_uuid}-{len(devices)}",
                 "class": cdi_class(r.type),
                 "device": r.device_uuid,
-                "controlpath_id": {
-                    "cpid_type": r.cpid_type,
-                    "cpid_info": json.loads(r.cpid_info) if r.cpid_info else {},
-                },
+                "controlpath_id": _controlpath_id(r),
                 "driver": r.driver,
                 "attach_handle": {
                     "type": r.attach_type,

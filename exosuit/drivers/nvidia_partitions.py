@@ -367,18 +367,12 @@ class MdevPartitions:
     ) -> None:
         """PartitionError when the GPU cannot offer ``count`` slots of the type (mdevs of
         other types, which the layout removes, count as room)."""
-        room = 0
-        on_bus = self._mdevs_on_bus()
-        for parent in self._type_parents(parents, vgpu_type):
-            room += self._available(parent, vgpu_type)
-            room += len(self._existing_mdevs(parent, vgpu_type, on_bus))
+        room = len(self._slot_handles(parents, vgpu_type, count))
         if room < count and not going:
             raise PartitionError(
                 f"GPU {address}: the layout asks {count} slots of {vgpu_type}; "
                 f"available_instances allows {room}"
             )
-
-    # -- helpers -----------------------------------------------------------------------
 
     def _types(self, parent: str) -> list[str]:
         return self.sysfs.listdir("bus", "pci", "devices", parent, "mdev_supported_types")

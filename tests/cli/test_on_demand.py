@@ -7,7 +7,6 @@ step is waited for with a generous deadline."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
 
 import pytest
@@ -15,21 +14,12 @@ import requests
 
 from tests.cli.conftest import API
 from tests.functional.serve_fixture import ExosuitServer, write_config
+from tests.helpers.agent_processes import wait_for
 
 # Its simulated GPU is an A100 (the model follows the host name), which has vGPU types.
 HOST = "od-host"
 DEADLINE = 120.0
 V2_9 = {"OpenStack-API-Version": "accelerator 2.9"}
-
-
-def _eventually(check, what: str):
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"not within {DEADLINE} s: {what}"
-        time.sleep(0.2)
 
 
 def _call(server, method: str, path: str, body=None, expect: int = 200, headers=None):
@@ -57,9 +47,10 @@ def test_a_bind_gets_its_slice_made_and_the_release_removes_it(server):
     vgpu_type = next(s["name"] for s in services if s["device_uuid"] == gpu["uuid"])
     layout = {"mdev": {vgpu_type: 2}, "on_demand": True}
     _call(server, "PUT", f"/v2/devices/{gpu['uuid']}/partitions", layout, expect=202)
-    _eventually(
+    wait_for(
         lambda: _call(server, "GET", f"/v2/devices/{gpu['uuid']}/partitions")["state"] == "applied",
-        "the on-demand layout applied",
+        timeout=DEADLINE,
+        what="the on-demand layout applied",
     )
 
     mark = gpu["pci_address"].replace(":", "_").replace(".", "_")
@@ -72,7 +63,7 @@ def test_a_bind_gets_its_slice_made_and_the_release_removes_it(server):
         ]
         return found[0] if found else None
 
-    deployable = _eventually(gpu_deployable, "the two slots offered")
+    deployable = wait_for(gpu_deployable, timeout=DEADLINE, what="the two slots offered")
     state_file = server.data_dir / "agent" / "drivers" / "simulated" / "partitions.json"
 
     def made() -> list[str]:
@@ -92,13 +83,14 @@ def test_a_bind_gets_its_slice_made_and_the_release_removes_it(server):
     ]
     _call(server, "PATCH", "/v2/accelerator_requests", {arq: ops}, expect=202)
 
-    bound = _eventually(
+    bound = wait_for(
         lambda: (
             (a := _call(server, "GET", f"/v2/accelerator_requests/{arq}"))["state"] == "Bound" and a
         ),
-        "the bind Bound once its slice is made",
+        timeout=DEADLINE,
+        what="the bind Bound once its slice is made",
     )
     assert made() == [bound["attach_handle_info"]["mdev_uuid"]]
 
     _call(server, "DELETE", f"/v2/accelerator_requests?arqs={arq}", expect=204)
-    _eventually(lambda: made() == [], "the released slice removed")
+    wait_for(lambda: made() == [], timeout=DEADLINE, what="the released slice removed")

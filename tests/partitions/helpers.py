@@ -103,3 +103,26 @@ def outcome(api, device: str, expect: int = 200, **body) -> dict:
     r = api.put(f"/agent/v1/hosts/{HOST}/partitions/{device}", body)
     assert r.status_code == expect, r.text
     return r.json
+
+
+def nvidia_on_kernel(tmp_path, hostname: str, state: str = "state/drivers/nvidia_gpu"):
+    """(the test kernel, the nvidia_gpu driver on it): a writable copy of
+    tests/fixtures/nvidia-gpu-host that acts on mdev ``create`` and ``remove``."""
+    from exosuit.drivers import DriverContext
+    from exosuit.drivers.nvidia_gpu import NvidiaGpuDriver
+    from exosuit.drivers.runner import RecordedRunner
+    from tests.drivers.fpga_tools import writable_copy
+    from tests.drivers.kernel import Kernel
+
+    kernel = Kernel(writable_copy("nvidia-gpu-host", tmp_path))
+    driver = NvidiaGpuDriver(
+        DriverContext(
+            hostname=hostname,
+            sysfs_root=kernel.root,
+            sysfs=kernel,
+            runner=RecordedRunner.from_file(f"{kernel.root}/commands.json"),
+            settings={"vgpu_types": {}},
+            state_dir=str(tmp_path / state),
+        )
+    )
+    return kernel, driver

@@ -221,23 +221,10 @@ def test_the_nvidia_driver_makes_mdevs_and_the_agent_never_removes_one_in_use(tm
     with the VM named, and nothing is removed."""
     import os
 
-    from exosuit.drivers.nvidia_gpu import NvidiaGpuDriver
-    from exosuit.drivers.runner import RecordedRunner
-    from tests.drivers.fpga_tools import writable_copy
-    from tests.drivers.kernel import Kernel
-
     t4 = "0000:3b:00.0"
-    kernel = Kernel(writable_copy("nvidia-gpu-host", tmp_path))
-    driver = NvidiaGpuDriver(
-        DriverContext(
-            hostname=HOST,
-            sysfs_root=kernel.root,
-            sysfs=kernel,
-            runner=RecordedRunner.from_file(f"{kernel.root}/commands.json"),
-            settings={"vgpu_types": {}},
-            state_dir=str(tmp_path / "state" / "drivers" / "nvidia_gpu"),
-        )
-    )
+    from tests.partitions.helpers import nvidia_on_kernel
+
+    kernel, driver = nvidia_on_kernel(tmp_path, HOST)
     cache = AgentCache(str(tmp_path / "state"))
     state = cache.load()
     reconciler = PartitionReconciler(

@@ -17,6 +17,7 @@ from exosuit.agent.slices import SliceReconciler
 from exosuit.agent.transport import WsgiSession
 from exosuit.drivers.base import PartitionError
 from exosuit.drivers.simulated import SimulatedDriver
+from tests.partitions.helpers import nvidia_on_kernel
 from tests.partitions.test_agent import ENDPOINT, HOST, V2_9, SimHost, _mig, _set, _vgpu
 
 
@@ -265,24 +266,9 @@ def test_the_nvidia_driver_makes_and_removes_slot_mdevs(tmp_path, sqlite_api):
     from exosuit.agent.cache import AgentCache
     from exosuit.agent.plugins import DriverSet
     from exosuit.agent.snapshot import build_snapshot
-    from exosuit.drivers import DriverContext
-    from exosuit.drivers.nvidia_gpu import NvidiaGpuDriver
-    from exosuit.drivers.runner import RecordedRunner
-    from tests.drivers.fpga_tools import writable_copy
-    from tests.drivers.kernel import Kernel
 
     t4 = "0000:3b:00.0"
-    kernel = Kernel(writable_copy("nvidia-gpu-host", tmp_path))
-    driver = NvidiaGpuDriver(
-        DriverContext(
-            hostname=HOST,
-            sysfs_root=kernel.root,
-            sysfs=kernel,
-            runner=RecordedRunner.from_file(f"{kernel.root}/commands.json"),
-            settings={"vgpu_types": {}},
-            state_dir=str(tmp_path / "state" / "drivers" / "nvidia_gpu"),
-        )
-    )
+    kernel, driver = nvidia_on_kernel(tmp_path, HOST)
     plugins = DriverSet.fixed([driver])
     cache = AgentCache(str(tmp_path / "state"))
     state = cache.load()
@@ -351,23 +337,8 @@ def test_the_nvidia_driver_makes_and_removes_slot_mdevs(tmp_path, sqlite_api):
 def test_the_nvidia_driver_refuses_mig_on_demand(tmp_path):
     """A MIG instance's UUID is NVML's choice when it is made: there is no slice to
     offer before, so an on-demand MIG layout fails with that reason, nothing touched."""
-    from exosuit.drivers import DriverContext
-    from exosuit.drivers.nvidia_gpu import NvidiaGpuDriver
-    from exosuit.drivers.runner import RecordedRunner
-    from tests.drivers.fpga_tools import writable_copy
-    from tests.drivers.kernel import Kernel
 
-    kernel = Kernel(writable_copy("nvidia-gpu-host", tmp_path))
-    driver = NvidiaGpuDriver(
-        DriverContext(
-            hostname=HOST,
-            sysfs_root=kernel.root,
-            sysfs=kernel,
-            runner=RecordedRunner.from_file(f"{kernel.root}/commands.json"),
-            settings={"vgpu_types": {}},
-            state_dir=str(tmp_path / "state"),
-        )
-    )
+    kernel, driver = nvidia_on_kernel(tmp_path, HOST, "state")
     gpu = driver.discover()[0]
     kernel.written.clear()
     with pytest.raises(PartitionError, match="not made on demand"):
