@@ -8,6 +8,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from cliff.command import Command
 from cliff.lister import Lister
 from cliff.show import ShowOne
 
@@ -218,8 +219,29 @@ def drain_cells(item: dict[str, Any], names: Sequence[str], formatter: str) -> t
     return cells(item, names, formatter)
 
 
-def add_drain_wait(parser: argparse.ArgumentParser, what: str) -> None:
-    add_wait_options(parser, f"nothing holds {what} any more (drained)")
+class DrainCommand(ApiCommand, Command):
+    """What ``device drain|undrain`` and ``host drain|undrain`` share: the ``action``
+    posted, the one positional argument (``argument``: its name, metavar and help), --wait
+    on a drain (until nothing holds ``waits_for``), and the exit status a wait sets (1:
+    undrained by someone else meanwhile)."""
+
+    needs = "2.9"
+    action: str
+    argument: tuple[str, str, str]
+    waits_for: str
+    exit_code = 0
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        name, metavar, text = self.argument
+        parser.add_argument(name, metavar=metavar, help=text)
+        if self.action == "drain":
+            add_wait_options(parser, f"nothing holds {self.waits_for} any more (drained)")
+        return parser
+
+    def run(self, parsed_args):
+        super().run(parsed_args)
+        return self.exit_code
 
 
 def describe_drain(name: str, held: int) -> str:
@@ -231,17 +253,9 @@ def describe_drain(name: str, held: int) -> str:
 DRAIN_COLUMNS = ("uuid", "hostname", "status", "maintenance", "holders")
 
 
-class _DrainDevice(ApiCommand, ShowOne):
-    needs = "2.9"
-    action: str
-    exit_code = 0
-
-    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.add_argument("uuid", metavar="DEVICE", help="The device's UUID.")
-        if self.action == "drain":
-            add_drain_wait(parser, "the device")
-        return parser
+class _DrainDevice(DrainCommand, ShowOne):
+    argument = ("uuid", "DEVICE", "The device's UUID.")
+    waits_for = "the device"
 
     def take_action(self, parsed_args: argparse.Namespace):
         path = f"/v2/devices/{segment(parsed_args.uuid)}"
@@ -267,10 +281,6 @@ class _DrainDevice(ApiCommand, ShowOne):
                 )
                 self.exit_code = 1
         return DRAIN_COLUMNS, drain_cells(device, DRAIN_COLUMNS, parsed_args.formatter)
-
-    def run(self, parsed_args):
-        super().run(parsed_args)
-        return self.exit_code
 
 
 class DeviceDrain(_DrainDevice):

@@ -9,8 +9,8 @@ from typing import Any
 
 from cliff.lister import Lister
 
-from exosuit.cli.base import ApiCommand, ListCommand, ShowCommand, segment
-from exosuit.cli.devices import add_drain_wait, describe_drain, drain_cells
+from exosuit.cli.base import ListCommand, ShowCommand, segment
+from exosuit.cli.devices import DrainCommand, describe_drain, drain_cells
 from exosuit.cli.waiting import wait_for
 
 __all__ = ["HostDrain", "HostList", "HostShow", "HostUndrain"]
@@ -62,17 +62,9 @@ class HostShow(ShowCommand):
 HOST_DRAIN_COLUMNS = ("uuid", "status", "status_reason", "maintenance", "holders")
 
 
-class _DrainHost(ApiCommand, Lister):
-    needs = "2.9"
-    action: str
-    exit_code = 0
-
-    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.add_argument("hostname", metavar="HOSTNAME", help="The host's name.")
-        if self.action == "drain":
-            add_drain_wait(parser, "a device of the host")
-        return parser
+class _DrainHost(DrainCommand, Lister):
+    argument = ("hostname", "HOSTNAME", "The host's name.")
+    waits_for = "a device of the host"
 
     def take_action(self, parsed_args: argparse.Namespace):
         path = f"/v2/hosts/{segment(parsed_args.hostname)}"
@@ -112,10 +104,6 @@ class _DrainHost(ApiCommand, Lister):
             self.app.stderr.write(f"host {found['hostname']} was undrained meanwhile\n")
             self.exit_code = 1
         return found
-
-    def run(self, parsed_args):
-        super().run(parsed_args)
-        return self.exit_code
 
 
 class HostDrain(_DrainHost):
