@@ -55,8 +55,11 @@ def fresh_database(backend: str, workdir: str):
 
 
 @contextlib.contextmanager
-def api_server(db_url: str, *, workers: int, threads: int, extra: str = ""):
-    """exosuit-api (gunicorn) on a free port, schema created; yields the base URL."""
+def api_server(
+    db_url: str, *, workers: int, threads: int, extra: str = "", env: dict[str, str] | None = None
+):
+    """exosuit-api (gunicorn) on a free port, schema created; yields the base URL and the
+    process (``env``: more of its environment)."""
     with tempfile.TemporaryDirectory(prefix="exosuit-bench-") as workdir:
         port = free_port()
         config = os.path.join(workdir, "exosuit.conf")
@@ -80,10 +83,12 @@ def api_server(db_url: str, *, workers: int, threads: int, extra: str = ""):
             [os.path.join(BIN, "exosuit-api"), "--config-file", config],
             stdout=log,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
         )
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 30
+            # Generous: a busy machine (CI shares two cores) starts it slowly.
+            deadline = time.monotonic() + 120
             while True:
                 try:
                     urllib.request.urlopen(url + "/", timeout=1).read()

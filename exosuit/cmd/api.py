@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     _check_schema(conf)
     workers = conf.api.workers or os.cpu_count() or 1
     metrics_dir = _multiprocess_metrics(workers)
+    owner = os.getpid()
     print(
         f"exosuit-api listening on http://{conf.api.host_ip}:{conf.api.port}/v2 with "
         f"{workers} {conf.api.server} worker(s)",
@@ -63,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _serve(conf, args.config_file, workers)
     finally:
-        if metrics_dir is not None:
+        # Only by the process that made it: a gunicorn worker is a fork of this one, and
+        # its exit (SystemExit) unwinds through here too while its siblings still write
+        # their files there.
+        if metrics_dir is not None and os.getpid() == owner:
             shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import urllib.request
 
@@ -71,3 +72,48 @@ def test_sigterm_does_not_wait_forever_for_a_stalled_request(server, tmp_path):
             assert time.monotonic() - began < 120
         finally:
             stalled.close()
+
+
+def _children(pid: int) -> set[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return {int(p) for p in f.read().split()}
+
+
+def test_a_gunicorn_worker_that_exits_leaves_the_metrics_folder_to_the_others(tmp_path):
+    """Regression: a worker is a fork of exosuit-api, and its exit unwound through the
+    code that removes the multiprocess metrics folder at exit, so a worker restarted by
+    gunicorn took every worker's request-latency files with it (and the next request of
+    another worker found the folder gone). Only the process that made it removes it."""
+    from tests.helpers.agent_processes import wait_for
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    db_url = f"sqlite:///{tmp_path}/api.sqlite"
+    extra = "server = gunicorn\n"
+    with api_server(db_url, workers=2, threads=2, extra=extra, env={"TMPDIR": str(temp)}) as (
+        url,
+        proc,
+    ):
+        (folder,) = temp.glob("exosuit-api-metrics-*")
+        workers = wait_for(
+            lambda: len(found := _children(proc.pid)) == 2 and found,
+            timeout=120,
+            what="two gunicorn workers",
+        )
+        for _ in range(10):
+            assert _call(url + "/v2/devices")[0] == 200
+        leaving = min(workers)
+        os.kill(leaving, signal.SIGTERM)
+        wait_for(
+            lambda: leaving not in (found := _children(proc.pid)) and len(found) == 2,
+            timeout=120,
+            what="gunicorn replaced the worker that left",
+        )
+        assert folder.is_dir()
+        for _ in range(10):  # whichever worker answers, it counts and sums every worker's
+            with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+                assert response.status == 200
+                assert b"exosuit_api_request_duration_seconds" in response.read()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0
+    assert not folder.exists()  # removed by exosuit-api itself once it stopped
