@@ -279,9 +279,9 @@ class RequestLatency:
             registry=None if multiprocess_dir else self._registry,
         )
         if multiprocess_dir:
-            # NOTE: a gunicorn worker still booting when exosuit-api is told to stop was
-            # seen to find the folder gone (its worker then failed to boot, and the
-            # master exited 1): made again rather than failing the worker.
+            # A worker booting while exosuit-api stops may find the folder gone (the
+            # master removes it at exit; exosuit/cmd/api.py): made again rather than
+            # failing the worker's boot.
             os.makedirs(multiprocess_dir, exist_ok=True)
             MultiProcessCollector(self._registry, path=multiprocess_dir)
         self._children: dict[tuple[str, str, str], Any] = {}
