@@ -134,14 +134,11 @@ def _check_schema(conf) -> None:
 
     db = Database.from_conf(conf)
     try:
-        current, head = migration.current_revision(db), migration.head_revision()
+        problem = migration.start_problem(db)
     finally:
         db.dispose()
-    if current != head:
-        raise SystemExit(
-            f"exosuit-api: the database schema is at {current or 'nothing'}, not {head}; "
-            "run `exosuit-manage db upgrade` (with the same --config-file) first."
-        )
+    if problem is not None:
+        raise SystemExit(f"exosuit-api: {problem}")
 
 
 if __name__ == "__main__":

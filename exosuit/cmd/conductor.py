@@ -28,13 +28,10 @@ def _database(conf):
     from exosuit.db.api import Database
 
     db = Database.from_conf(conf)
-    current, head = migration.current_revision(db), migration.head_revision()
-    if current != head:
+    problem = migration.start_problem(db)
+    if problem is not None:
         db.dispose()
-        raise SystemExit(
-            f"exosuit-conductor: the database schema is at {current or 'nothing'}, not "
-            f"{head}; run `exosuit-manage db upgrade` (with the same --config-file) first."
-        )
+        raise SystemExit(f"exosuit-conductor: {problem}")
     return db
 
 

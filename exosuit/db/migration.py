@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -12,7 +13,7 @@ from sqlalchemy.engine import Connection
 
 from exosuit.db.api import Database
 
-__all__ = ["current_revision", "head_revision", "upgrade"]
+__all__ = ["current_revision", "head_revision", "start_problem", "upgrade"]
 
 _SCRIPT_LOCATION = os.path.join(os.path.dirname(__file__), "migrations")
 
@@ -45,3 +46,21 @@ def current_revision(db: Database) -> str | None:
 def head_revision() -> str | None:
     """The newest revision of the migration scripts (None only without any script)."""
     return ScriptDirectory.from_config(_config()).get_current_head()
+
+
+def start_problem(db: Database) -> str | None:
+    """Why a service cannot start on ``db``, in one sentence for its operator (None: it
+    can): the database cannot be reached, or its schema is not at the newest revision."""
+    try:
+        current = current_revision(db)
+    except sa.exc.DBAPIError as error:
+        where = db.engine.url.render_as_string(hide_password=True)
+        cause = str(getattr(error, "orig", None) or error).strip().splitlines()
+        return f"cannot reach the database {where}: {cause[0] if cause else type(error).__name__}"
+    head = head_revision()
+    if current != head:
+        return (
+            f"the database schema is at {current or 'nothing'}, not {head}; run "
+            "`exosuit-manage db upgrade` (with the same --config-file) first."
+        )
+    return None
