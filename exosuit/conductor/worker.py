@@ -48,6 +48,7 @@ __all__ = [
     "Conductor",
     "Outcome",
     "Services",
+    "Outage",
     "Settings",
     "Worker",
     "purge_finished",
@@ -55,6 +56,41 @@ __all__ = [
 ]
 
 LOG = logging.getLogger(__name__)
+
+
+class Outage:
+    """A database outage as one loop sees it: said once when it starts (WARNING) and once
+    when it ends (INFO), each failure in between only at DEBUG; ``failures`` counts them
+    for the backoff."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.failures = 0
+        self._since: float | None = None
+
+    def failed(self, error: Exception) -> None:
+        self.failures += 1
+        if self._since is None:
+            self._since = time.monotonic()
+            LOG.warning("%s: database unavailable: %s (retrying)", self.what, error)
+        else:
+            LOG.debug("%s: database still unavailable: %s", self.what, error)
+
+    def ended(self) -> None:
+        if self._since is not None:
+            LOG.info(
+                "%s: database available again after %.0f s",
+                self.what,
+                time.monotonic() - self._since,
+            )
+        self._since = None
+        self.failures = 0
+
+    def delay(self, poll: float) -> float:
+        """How long to wait before the next try: ``poll``, doubled with each failure in a
+        row, at most 64 times it or a minute."""
+        return backoff_delay(self.failures + 1, poll, min(60.0, 64 * poll), jitter=False)
+
 
 # Longest last_error kept in the table (the full traceback goes to the log).
 MAX_ERROR_LENGTH = 2000
@@ -350,16 +386,14 @@ class Worker:
 
     def run(self, stop: threading.Event) -> None:
         """Run jobs until ``stop`` is set; the job in hand is finished first."""
-        failures = 0
+        outage = Outage(f"worker {self.id}")
         while not stop.is_set():
             try:
                 outcome = self.run_once()
-                failures = 0
+                outage.ended()
             except exceptions.DatabaseUnavailable as error:
-                failures += 1
-                LOG.warning("worker %s: database unavailable: %s", self.id, error)
-                poll = self.settings.poll_interval
-                stop.wait(backoff_delay(failures + 1, poll, min(60.0, 64 * poll), jitter=False))
+                outage.failed(error)
+                stop.wait(outage.delay(self.settings.poll_interval))
                 continue
             except Exception:
                 LOG.exception("worker %s: unexpected error", self.id)
@@ -525,14 +559,18 @@ class Conductor:
 
     def _housekeeping(self) -> None:
         last_purge = None
+        outage = Outage(f"{self.name} housekeeping")
         while not self._stop.is_set():
+            wait = self.settings.poll_interval
             try:
                 schedule_periodic(self.db, self.conf, self.periodic, self.handlers)
                 if last_purge is None or time.monotonic() - last_purge >= PURGE_INTERVAL:
                     last_purge = time.monotonic()
                     purge_finished(self.db, self.settings)
+                outage.ended()
             except exceptions.DatabaseUnavailable as error:
-                LOG.warning("%s housekeeping: database unavailable: %s", self.name, error)
+                outage.failed(error)
+                wait = outage.delay(wait)
             except Exception:
                 LOG.exception("%s housekeeping failed", self.name)
-            self._stop.wait(self.settings.poll_interval)
+            self._stop.wait(wait)
