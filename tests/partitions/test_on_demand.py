@@ -344,3 +344,24 @@ def test_the_nvidia_driver_refuses_mig_on_demand(tmp_path):
     with pytest.raises(PartitionError, match="not made on demand"):
         driver.partition(gpu, {"mig": {"1g.5gb": 1}, "on_demand": True})
     assert kernel.written == []
+
+
+def test_a_claim_waits_for_its_slice_and_its_release_removes_it(host):
+    """A standalone claim (2.8) of a slice is pending until the agent made it, then bound;
+    releasing the claim releases its ARQ, and the agent removes the slice."""
+    _, gpu, _ = host.on_demand(lambda d: d.type == "GPU" and _vgpu(d), "mdev", 1)
+    name = f"odc{uuidlib.uuid4().hex[:8]}"
+    r = host.api.post("/v2/device_profiles", [{"name": name, "groups": [{"resources:VGPU": "1"}]}])
+    assert r.status_code == 201, r.text
+    r = host.api.post("/v2/claims", {"device_profile_name": name}, version=V2_9)
+    assert r.status_code == 202, r.text  # accepted: its slice is still to be made
+    claim = r.json
+    assert claim["state"] == "pending", claim
+    assert host.slice_step() is True
+    r = host.api.get(f"/v2/claims/{claim['uuid']}", version=V2_9)
+    assert r.json["state"] == "bound", r.json
+    assert len(host.made(gpu)) == 1
+    r = host.api.delete(f"/v2/claims/{claim['uuid']}", version=V2_9)
+    assert r.status_code in (200, 202, 204), r.text
+    assert host.slice_step() is True
+    assert host.made(gpu) == []
