@@ -43,7 +43,7 @@ from bench.api import (  # noqa: E402
 )
 from tests.helpers.inventory import fpga, snapshot  # noqa: E402
 
-SCENARIOS = ("version", "deployables", "profile", "arq")
+SCENARIOS = ("version", "deployables", "profile", "arq", "report", "report_usage")
 
 
 class InProcessClient:
@@ -52,9 +52,12 @@ class InProcessClient:
     def __init__(self, app) -> None:
         self.app = app
 
-    def request(self, method: str, path: str, body=None) -> tuple[int, bytes]:
+    def request(self, method: str, path: str, body=None, headers=None) -> tuple[int, bytes]:
         path, _, query = path.partition("?")
-        data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        if isinstance(body, bytes):
+            data = body
+        else:
+            data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         environ = {
             "REQUEST_METHOD": method,
             "SCRIPT_NAME": "",
@@ -73,6 +76,8 @@ class InProcessClient:
             "wsgi.multiprocess": True,
             "wsgi.run_once": False,
         }
+        for name, value in (headers or {}).items():
+            environ["HTTP_" + name.upper().replace("-", "_")] = value
         if body is not None:
             environ["CONTENT_TYPE"] = "application/json"
             environ["CONTENT_LENGTH"] = str(len(data))
@@ -103,6 +108,33 @@ class Scenarios:
         self.client = client
         self.rp_uuids = rp_uuids
         self.count = 0
+        self.held: dict[str, str] = {}
+
+    def _unchanged(self, usage: bool) -> None:
+        """An agent's unchanged report (its hash only, ``usage``: with 8 devices' live
+        figures), naming the desired state it holds, as exosuit-agent sends it."""
+        if not self.held:
+            status, body = self.client.request("GET", f"/agent/v1/hosts/{HOSTNAME}/desired_state")
+            _expect(status, body, 200, "GET desired_state")
+            self.held["generation"] = str(json.loads(body)["generation"])
+            report = {"schema_version": 1, "hash": _seed_hash, "hostname": HOSTNAME}
+            figures = {"utilization_percent": 42, "memory_used_bytes": 2**33}
+            self.held["plain"] = json.dumps(report, separators=(",", ":"))
+            report["usage"] = {f"pci-0000:{0x10 + i:02x}:00.0": figures for i in range(8)}
+            self.held["usage"] = json.dumps(report, separators=(",", ":"))
+        status, body = self.client.request(
+            "PUT",
+            f"/agent/v1/hosts/{HOSTNAME}/inventory",
+            self.held["usage" if usage else "plain"].encode(),
+            {"Exosuit-Desired-Generation": self.held["generation"]},
+        )
+        _expect(status, body, 200, "PUT inventory (unchanged)")
+
+    def report(self) -> None:
+        self._unchanged(usage=False)
+
+    def report_usage(self) -> None:
+        self._unchanged(usage=True)
 
     def version(self) -> None:
         _expect(*self.client.request("GET", "/v2"), 200, "GET /v2")
@@ -142,11 +174,15 @@ class Scenarios:
         _expect(status, body, 204, "DELETE /v2/accelerator_requests?instance=")
 
 
+_seed_hash = ""
+
+
 def seed(client: InProcessClient) -> list[str]:
+    global _seed_hash
     devices = [fpga(f"0000:{0x10 + i:02x}:00.0", handles=HANDLES) for i in range(DEPLOYABLES)]
-    status, body = client.request(
-        "PUT", f"/agent/v1/hosts/{HOSTNAME}/inventory", snapshot(HOSTNAME, devices)
-    )
+    body = snapshot(HOSTNAME, devices)
+    _seed_hash = body["hash"]
+    status, body = client.request("PUT", f"/agent/v1/hosts/{HOSTNAME}/inventory", body)
     _expect(status, body, 200, "PUT inventory")
     status, body = client.request("GET", "/v2/deployables")
     _expect(status, body, 200, "GET /v2/deployables")

@@ -37,7 +37,7 @@ class Version:
     """A database counter's value, read after the caller asked, shared by callers."""
 
     def __init__(self, read: Callable[[], int]) -> None:
-        self._read = read
+        self.read = read  # the counter's read (exosuit/db/changes.py: CounterReader)
         self._cond = threading.Condition()
         self._started = 0  # reads started so far
         self._finished = 0  # the index (in start order) of the last read finished
@@ -60,7 +60,7 @@ class Version:
                 return self._value
         value: int | None = None
         try:
-            value = self._read()
+            value = self.read()
             return value
         finally:
             with self._cond:

@@ -169,14 +169,14 @@ def extract_json(req: webob.BaseRequest, schema: dict | None = None) -> Any:
     if not body:
         raise ApiError(400, "Request body is required.", "exosuit.body.missing")
     try:
-        data = json.loads(body, parse_constant=_not_json)
+        data = json.loads(body, parse_constant=not_json)
     except RecursionError:
         raise ApiError(400, "The request body is nested too deeply.", "exosuit.body.json") from None
     except (ValueError, UnicodeDecodeError) as error:
         raise ApiError(
             400, f"Malformed JSON in request body: {error}", "exosuit.body.json"
         ) from None
-    if _SUSPECT_ESCAPE.search(body) and not _clean_strings(data):
+    if suspect_escape(body) and not _clean_strings(data):
         raise ApiError(
             400,
             "Strings in the request body must be valid Unicode without NUL characters "
@@ -188,7 +188,7 @@ def extract_json(req: webob.BaseRequest, schema: dict | None = None) -> Any:
     return data
 
 
-def _not_json(constant: str) -> Any:
+def not_json(constant: str) -> Any:
     """NaN, Infinity and -Infinity: Python's parser takes them, JSON has no such number."""
     raise ValueError(f"{constant} is not a JSON number")
 
@@ -196,6 +196,11 @@ def _not_json(constant: str) -> Any:
 # Escapes that decode to what no database stores: NUL, and surrogates (a lone one is not
 # Unicode; a pair decodes to one character, and passes).
 _SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
+
+
+def suspect_escape(body: bytes) -> bool:
+    """Whether a JSON body holds an escape whose strings must be checked (NUL, surrogate)."""
+    return _SUSPECT_ESCAPE.search(body) is not None
 
 
 def _read_body(req: webob.BaseRequest) -> bytes:

@@ -34,8 +34,10 @@ engine about 7 µs of SQLAlchemy's dispatch (a tenth of a millisecond per ARQ cy
 
 from __future__ import annotations
 
+import logging
 import random
 import re
+import threading
 from typing import Any
 
 import sqlalchemy as sa
@@ -44,7 +46,18 @@ from sqlalchemy.engine import Connection, Engine
 
 from exosuit.db import metrics, models
 
-__all__ = ["DEPLOYABLES", "HOST_REPORTS", "SLOTS", "count", "forget", "track", "version"]
+__all__ = [
+    "DEPLOYABLES",
+    "HOST_REPORTS",
+    "SLOTS",
+    "CounterReader",
+    "count",
+    "forget",
+    "track",
+    "version",
+]
+
+LOG = logging.getLogger(__name__)
 
 # Committed transactions that changed deployables or their attributes (by slot).
 DEPLOYABLES = "exosuit_deployable_changes"
@@ -80,6 +93,73 @@ def version(conn: Connection, counter: str = DEPLOYABLES) -> int:
     """The version ``counter`` keeps (the deployable list's by default): it grows with
     every committed change it counts."""
     return int(conn.execute(_Q_VERSION[counter]).scalar_one())
+
+
+class CounterReader:
+    """``version(conn, counter)`` as a function of no argument, for a reader that asks
+    often and one at a time (exosuit/api/report_cache.py's ``Version``): on PostgreSQL
+    and MariaDB, one constant statement on a connection of its own, kept open in
+    autocommit mode (each read is its own statement, so it sees every transaction
+    committed before it started, as a pooled read does), through the driver's cursor:
+    about a fifth of the CPU of the same read through SQLAlchemy's pool and execution
+    (20 against 110 µs here). Any error drops the connection and answers this read
+    through ``db.read`` (retried and mapped as every read); the next one reconnects.
+    SQLite reads through ``db.read`` always. ``direct_reads`` counts the reads sent on
+    the connection of its own (SQLAlchemy's events do not see them)."""
+
+    def __init__(self, db: Any, counter: str) -> None:
+        if counter not in _Q_VERSION:
+            raise ValueError(f"unknown counter {counter!r}")
+        self.db = db
+        self.counter = counter
+        # The counter's name is one of this module's constants, never a caller's text.
+        self._sql = (
+            "SELECT coalesce(sum(value), 0) FROM metric_counters "  # noqa: S608
+            f"WHERE name = '{counter}'"
+        )
+        self._own = db.dialect != "sqlite"
+        self._lock = threading.Lock()
+        self._fairy: Any = None
+        self._cursor: Any = None
+        self.direct_reads = 0
+
+    def __call__(self) -> int:
+        if self._own:
+            with self._lock:
+                try:
+                    if self._cursor is None:
+                        self._connect()
+                    self.direct_reads += 1
+                    self._cursor.execute(self._sql)
+                    return int(self._cursor.fetchone()[0])
+                except Exception as error:  # noqa: BLE001 - the driver's, whichever it is
+                    LOG.debug("counter read failed (%s); reading through the pool", error)
+                    self._drop()
+        return int(self.db.read(version, self.counter))
+
+    def _connect(self) -> None:
+        engine = self.db.engine
+        fairy = engine.raw_connection()
+        fairy.detach()  # ours until dropped: the pool opens another in its place
+        try:
+            engine.dialect.set_isolation_level(fairy.dbapi_connection, "AUTOCOMMIT")
+            self._cursor = fairy.dbapi_connection.cursor()
+        except Exception:
+            fairy.close()
+            raise
+        self._fairy = fairy
+
+    def _drop(self) -> None:
+        fairy, self._fairy, self._cursor = self._fairy, None, None
+        if fairy is not None:
+            try:
+                fairy.close()  # detached: closes the connection itself
+            except Exception:  # noqa: BLE001, S110 - it may be gone already
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
 
 
 def version_query(counter: str) -> sa.ScalarSelect[Any]:

@@ -42,7 +42,7 @@ def first(two):
 
 def test_a_kept_host_costs_no_read_of_its_own(two, database, first):
     a, _ = two
-    with statements(database) as seen:
+    with statements(database, a) as seen:
         answer = _put(a, first).json
     assert answer == {"hostname": HOST, "hash": first["hash"], "changed": False}
     # Only the version (shared with the reports that came meanwhile), not the host.

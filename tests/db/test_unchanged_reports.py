@@ -20,11 +20,15 @@ HEADER = "Exosuit-Desired-Generation"
 
 
 @contextlib.contextmanager
-def statements(database):
+def statements(database, *apis):
     """Every statement sent to ``database`` meanwhile (all its engines), but SQLite's
-    BEGIN of a read transaction."""
+    BEGIN of a read transaction; and the counter reads each of ``apis`` sent on its
+    own connection (exosuit/db/changes.py: CounterReader, which SQLAlchemy's events do
+    not see), each as ``DIRECT_READ``."""
     seen: list[str] = []
     target = database.url.render_as_string(hide_password=False)
+    readers = [api.app.application.host_reports.version.read for api in apis]
+    before = [reader.direct_reads for reader in readers]
 
     def _listener(conn, cursor, statement, parameters, context, executemany):
         if conn.engine.url.render_as_string(hide_password=False) == target:
@@ -36,6 +40,12 @@ def statements(database):
         yield seen
     finally:
         sa.event.remove(sa.engine.Engine, "before_cursor_execute", _listener)
+        for reader, count in zip(readers, before, strict=True):
+            seen.extend([DIRECT_READ] * (reader.direct_reads - count))
+
+
+# A read of the HOST_REPORTS counter on a CounterReader's own connection.
+DIRECT_READ = "SELECT coalesce(sum(value), 0) FROM metric_counters (direct)"
 
 
 def report(api, body: dict, generation: str | None = None):

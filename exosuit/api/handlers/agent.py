@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import functools
+import io
+import json
 from typing import Any
 
 from exosuit import schemas
@@ -54,7 +56,7 @@ def put_inventory(req: wsgi.Request):
     known = _known(req, hostname)
     if known is not None and known.snapshot_hash == body["hash"]:
         changed, wrote = False, _touch(req, known, hostname, body)
-        held = not wrote and _holds(req, known)
+        held = not wrote and _holds(req.environ, known)
     else:
         changed, held, wrote = _apply(req, hostname, body, new=known is None), False, True
     if wrote:  # or may have: read the host again next time
@@ -63,6 +65,93 @@ def put_inventory(req: wsgi.Request):
     if not held:
         answer["desired_state"] = req.app.db.read(desired_db.desired_state, hostname)
     return wsgi.json_response(200, answer)
+
+
+# The route ``unchanged_answer`` serves, as the router names it (the latency's label).
+INVENTORY_ROUTE = "/agent/v1/hosts/{hostname}/inventory"
+_PREFIX, _SUFFIX = "/agent/v1/hosts/", "/inventory"
+
+
+class _Caller:
+    """What ``Application.authorize`` reads of a request: its context."""
+
+    __slots__ = ("context",)
+
+    def __init__(self, context) -> None:
+        self.context = context
+
+
+def unchanged_answer(app, environ: dict[str, Any]) -> bytes | None:
+    """The body of ``put_inventory``'s answer to an unchanged report that writes nothing
+    and whose agent holds the current desired state, when this process's cache answers
+    it; None for any other request (``put_inventory`` answers it: anything unusual,
+    any error, any write, any database read but the shared counter's).
+
+    Called after authentication, before routing, microversions and webob: the same
+    checks, in the same functions, as ``put_inventory``'s path to the same answer (the
+    caller's identity headers, the policy, the body's size, JSON and strings, its hash,
+    schema version and host, the cache's rule, the report time's resolution, the
+    observed generation, the held desired state). The body, once read, is put back in
+    ``wsgi.input`` for the full path."""
+    path = environ.get("PATH_INFO", "")
+    if (
+        environ.get("REQUEST_METHOD") != "PUT"
+        or not path.startswith(_PREFIX)
+        or not path.endswith(_SUFFIX)
+        or environ.get("QUERY_STRING")
+    ):
+        return None
+    hostname = path[len(_PREFIX) : -len(_SUFFIX)]
+    if not hostname or "/" in hostname or len(hostname) > 255 or not hostname.isprintable():
+        return None
+    if not hostname.isascii():  # the full path decodes it from UTF-8
+        return None
+    try:
+        app.authorize(_Caller(app.context(environ)), policies.REPORT)
+    except Exception:  # noqa: BLE001 - refused or malformed: the full path says how
+        return None
+    body = _quick_body(app, environ, hostname)
+    if body is None:
+        return None
+    known = app.host_reports.get(hostname)
+    if known is None or known.snapshot_hash != body["hash"]:
+        return None
+    if _stale(known, app.conf.api.report_age_resolution):
+        return None
+    observed = body.get("observed_generation")
+    if observed is not None and (not isinstance(observed, int) or known.moved(observed)):
+        return None
+    if not _holds(environ, known):
+        return None
+    return wsgi.encode_json({"hostname": hostname, "hash": body["hash"], "changed": False})
+
+
+def _quick_body(app, environ: dict[str, Any], hostname: str) -> dict[str, Any] | None:
+    """The report's body if it is an unchanged report's as ``_report`` would accept it
+    (read within ``[api] max_agent_body_size``, JSON, strings clean, its hash, schema
+    version 1, its host); None otherwise. What was read is put back in ``wsgi.input``."""
+    length = environ.get("CONTENT_LENGTH")
+    if not length or not length.isdigit() or not length.isascii():
+        return None
+    size = int(length)
+    if size == 0 or size > app.conf.api.max_agent_body_size:
+        return None
+    data = environ["wsgi.input"].read(size)
+    environ["wsgi.input"] = io.BytesIO(data)
+    if len(data) != size or wsgi.suspect_escape(data):
+        return None
+    try:
+        body = json.loads(data, parse_constant=wsgi.not_json)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if (
+        not isinstance(body, dict)
+        or not isinstance(body.get("hash"), str)
+        or body.get("schema_version") != 1
+        or body.get("hostname", hostname) != hostname
+    ):
+        return None
+    return body
 
 
 def get_desired_state(req: wsgi.Request):
@@ -142,11 +231,11 @@ def _extras_schema() -> dict[str, Any]:
     }
 
 
-def _holds(req: wsgi.Request, known: db.HostReport) -> bool:
+def _holds(environ: dict[str, Any], known: db.HostReport) -> bool:
     """Whether the agent says it holds the host's current desired state: its
     ``Exosuit-Desired-Generation`` header names that generation (a header that is not a
     whole number is ignored: the answer carries the desired state)."""
-    value = req.environ.get("HTTP_EXOSUIT_DESIRED_GENERATION")
+    value = environ.get("HTTP_EXOSUIT_DESIRED_GENERATION")
     return (
         value is not None
         and value.isascii()
