@@ -33,41 +33,85 @@ __all__ = ["ReportCache", "Version"]
 T = TypeVar("T")
 
 
+class _Batch:
+    """Callers that came while a read was running: the next read serves them all."""
+
+    __slots__ = ("done", "value", "waiters")
+
+    def __init__(self, waiters: list[threading.Lock] | None = None) -> None:
+        self.waiters = waiters or []  # one held lock each, released to wake its caller
+        self.done = False
+        self.value = 0
+
+
 class Version:
-    """A database counter's value, read after the caller asked, shared by callers."""
+    """A database counter's value, read after the caller asked, shared by callers.
+
+    A caller that finds no read running reads. One that comes while a read runs joins
+    the batch of callers that the next read serves, and sleeps until that read's value
+    is there, or until it is woken to run that read itself (the first of the batch, as
+    the running read ends): each caller is woken once, never to find that the read it
+    woke for started before it came. A failed read's callers join the next batch."""
 
     def __init__(self, read: Callable[[], int]) -> None:
         self.read = read  # the counter's read (exosuit/db/changes.py: CounterReader)
-        self._cond = threading.Condition()
-        self._started = 0  # reads started so far
-        self._finished = 0  # the index (in start order) of the last read finished
-        self._value = 0  # its value
-        self._reading = False
+        self._lock = threading.Lock()
+        self._reading = False  # a read is running
+        self._next: _Batch | None = None  # who came while it runs
+
+    @property
+    def waiting(self) -> int:
+        """Callers waiting for the next read."""
+        batch = self._next
+        return len(batch.waiters) if batch is not None else 0
 
     def current(self) -> int:
         """The counter's value from a read that started after this call: one running
         read at a time, its value shared by every caller that came before it started."""
-        with self._cond:
-            arrival = self._started  # a read started before now may be older than now
-            while self._finished <= arrival:
-                if not self._reading:
-                    self._reading = True
-                    self._started += 1
-                    index = self._started
-                    break
-                self._cond.wait()
+        with self._lock:
+            if not self._reading:
+                self._reading = True
+                batch = None
             else:
-                return self._value
+                batch = self._next
+                if batch is None:
+                    batch = self._next = _Batch()
+                waiter = threading.Lock()
+                waiter.acquire()
+                batch.waiters.append(waiter)
+        if batch is None:
+            return self._run(None)
+        waiter.acquire()  # released once: the value is there, or this caller reads it
+        if batch.done:
+            return batch.value
+        return self._run(batch)
+
+    def _run(self, batch: _Batch | None) -> int:
+        """Read for ``batch`` (None: for this caller alone), then wake who it serves and
+        hand the next batch to its first caller."""
         value: int | None = None
         try:
             value = self.read()
             return value
         finally:
-            with self._cond:
-                self._reading = False
-                if value is not None:
-                    self._finished, self._value = index, value
-                self._cond.notify_all()
+            with self._lock:
+                served = batch.waiters if batch is not None else []
+                following = self._next
+                if value is not None and batch is not None:
+                    batch.value, batch.done = value, True
+                elif value is None and served:  # failed: the next read serves them too
+                    if following is None:
+                        following = _Batch(served)
+                    else:
+                        following.waiters.extend(served)
+                    served = []
+                self._next = None
+                leader = following.waiters.pop(0) if following is not None else None
+                self._reading = leader is not None
+            for waiter in served:
+                waiter.release()
+            if leader is not None:
+                leader.release()
 
 
 class ReportCache(Generic[T]):

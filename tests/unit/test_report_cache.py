@@ -59,7 +59,7 @@ def test_callers_waiting_for_one_read_share_it():
     assert counter.reading.wait(30)
     waiting = [_in_thread(version.current) for _ in range(5)]
     deadline = time.monotonic() + 30
-    while len(version._cond._waiters) < 5:  # every one of them waiting for the read
+    while version.waiting < 5:  # every one of them waiting for the read
         assert time.monotonic() < deadline
         time.sleep(0.01)
     counter.value = 7
@@ -113,3 +113,42 @@ def test_entries_are_bounded_the_oldest_going_first():
     nothing: ReportCache[int] = ReportCache(Version(lambda: 0), max_entries=0)
     nothing.put("a", 0, 1)
     assert len(nothing) == 0
+
+
+def test_callers_waiting_for_a_read_that_failed_get_the_next_one():
+    counter = _Counter()
+    failures = []
+
+    def read() -> int:
+        value = counter.read()
+        if counter.reads == 2:  # the read the waiters wait for
+            failures.append(1)
+            raise ConnectionError("database away")
+        return value
+
+    version = Version(read)
+    counter.hold.clear()
+    first, first_out = _in_thread(version.current)
+    assert counter.reading.wait(30)
+
+    def _current() -> int | None:
+        try:
+            return version.current()
+        except ConnectionError:
+            return None  # the caller that ran the failed read gets its error
+
+    waiting = [_in_thread(_current) for _ in range(3)]
+    deadline = time.monotonic() + 30
+    while version.waiting < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    counter.value = 5
+    counter.hold.set()
+    first.join(30)
+    for thread, _ in waiting:
+        thread.join(30)
+    assert first_out == [0]
+    # The second read failed for the one that ran it; the two others got the third.
+    assert failures == [1]
+    assert sorted((out for _, out in waiting), key=str) == [[5], [5], [None]]
+    assert counter.reads == 3
