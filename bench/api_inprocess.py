@@ -43,7 +43,7 @@ from bench.api import (  # noqa: E402
 )
 from tests.helpers.inventory import fpga, snapshot  # noqa: E402
 
-SCENARIOS = ("version", "deployables", "profile", "arq", "report", "report_usage")
+SCENARIOS = ("version", "deployables", "profile", "arq", "report", "report_usage", "new_host")
 
 
 class InProcessClient:
@@ -109,6 +109,19 @@ class Scenarios:
         self.rp_uuids = rp_uuids
         self.count = 0
         self.held: dict[str, str] = {}
+        self.new_hosts: list[tuple[str, bytes]] = []
+
+    def prepare_new_hosts(self, count: int) -> None:
+        from exosuit.agent.snapshot import build_snapshot
+        from exosuit.drivers import DriverContext
+        from exosuit.drivers.simulated import SimulatedDriver
+
+        shape = {"nvidia_gpu": 6, "fake_fpga": 2}
+        for i in range(count):
+            name = f"new-{os.getpid()}-{i:06d}"
+            driver = SimulatedDriver(DriverContext(hostname=name, settings={"devices": shape}))
+            body = build_snapshot(name, [driver])
+            self.new_hosts.append((name, json.dumps(body, separators=(",", ":")).encode()))
 
     def _unchanged(self, usage: bool) -> None:
         """An agent's unchanged report (its hash only, ``usage``: with 8 devices' live
@@ -132,6 +145,12 @@ class Scenarios:
 
     def report(self) -> None:
         self._unchanged(usage=False)
+
+    def new_host(self) -> None:
+        """A new host's first snapshot: 8 simulated devices (6 GPUs, 2 FPGAs), as
+        bench/bootstorm.py's agents send it (encoded before the clock starts)."""
+        name, body = self.new_hosts.pop()
+        _expect(*self.client.request("PUT", f"/agent/v1/hosts/{name}/inventory", body), 200, name)
 
     def report_usage(self) -> None:
         self._unchanged(usage=True)
@@ -250,6 +269,8 @@ def main(argv=None) -> int:
         scenarios = Scenarios(client, seed(client))
         load = os.getloadavg()[0]
         print(f"in-process, {args.db}, load average {load:.2f} at start")
+        if "new_host" in args.scenarios:
+            scenarios.prepare_new_hosts(args.warmup + args.ops * (args.rounds + 1))
         for name in args.scenarios:
             op = getattr(scenarios, name)
             figures = measure(op, args.ops, args.warmup, args.rounds)

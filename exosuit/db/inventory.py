@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, CursorResult
 
 from exosuit import exceptions
-from exosuit.db import audit, changes, discoveries, drivers, health, models
+from exosuit.db import audit, bulk, changes, discoveries, drivers, health, models
 from exosuit.db.desired_state import READY
 from exosuit.db.placement import enqueue_sync
 from exosuit.db.statements import insert_if_absent
@@ -67,12 +67,9 @@ _DEVICE_FIELDS = (
 )
 
 
-# Statements of a new host's inserts, built once (building one and computing its
-# cache key cost about as much as running it).
-_INSERT = {t: sa.insert(t) for t in (dev, cpid, dep, attr, ah, svc)}
-_INSERT_RETURNING_ID = {
-    t: sa.insert(t).returning(t.c.id, sort_by_parameter_order=True) for t in (dev, cpid, dep)
-}
+# A device's services' insert, built once (building one and computing its cache key
+# cost about as much as running it); a new host's rows go through exosuit/db/bulk.py.
+_INSERT = {svc: sa.insert(svc)}
 _HOST_DEVICES = sa.select(dev).where(dev.c.hostname == sa.bindparam("hostname"))
 _UPDATE_HOST = (
     sa.update(hosts)
@@ -113,10 +110,6 @@ _HOST_HANDLES = (
     .join(dev, dev.c.id == dep.c.device_id)
     .where(_OF_HOST)
 )
-_IDS_BY_UUID = {
-    t: sa.select(t.c.uuid, t.c.id).where(t.c.uuid.in_(sa.bindparam("uuids", expanding=True)))
-    for t in (dev, cpid, dep)
-}
 
 
 @dataclasses.dataclass
@@ -421,7 +414,7 @@ class _Applier:
             }
             for identity, device in new
         ]
-        device_ids = self._insert_returning_ids(dev, device_rows)
+        device_ids = bulk.insert_rows(self.conn, dev, device_rows, ids=True)
         for row, (_, device) in zip(device_rows, new, strict=True):
             after = {k: row[k] for k in _BRIEF if k in row}
             after["deployables"] = [d["name"] for d in device["deployables"]]
@@ -434,8 +427,7 @@ class _Applier:
             for device_id, (_, device) in zip(device_ids, new, strict=True)
             for service in _services(device)
         ]
-        if service_rows:
-            self.conn.execute(_INSERT[svc], service_rows)
+        bulk.insert_rows(self.conn, svc, service_rows)
         cpid_rows = [
             {
                 "uuid": str(uuidlib.uuid4()),
@@ -446,7 +438,7 @@ class _Applier:
             }
             for device_id, (_, device) in zip(device_ids, new, strict=True)
         ]
-        cpid_ids = self._insert_returning_ids(cpid, cpid_rows)
+        cpid_ids = bulk.insert_rows(self.conn, cpid, cpid_rows, ids=True)
         deployable_rows, owners = [], []
         for device_id, cpid_id, (identity, device) in zip(device_ids, cpid_ids, new, strict=True):
             for deployable in device["deployables"]:
@@ -462,7 +454,7 @@ class _Applier:
                     }
                 )
                 owners.append((cpid_id, deployable))
-        deployable_ids = self._insert_returning_ids(dep, deployable_rows)
+        deployable_ids = bulk.insert_rows(self.conn, dep, deployable_rows, ids=True)
         attribute_rows, handle_rows = [], []
         for deployable_id, (cpid_id, deployable) in zip(deployable_ids, owners, strict=True):
             for item in deployable["attributes"]:
@@ -493,22 +485,9 @@ class _Applier:
                         "created_at": self.now,
                     }
                 )
-        if attribute_rows:
-            self.conn.execute(_INSERT[attr], attribute_rows)
-        if handle_rows:
-            self.conn.execute(_INSERT[ah], handle_rows)
+        bulk.insert_rows(self.conn, attr, attribute_rows)
+        bulk.insert_rows(self.conn, ah, handle_rows)
         self.result.created += len(new)
-
-    def _insert_returning_ids(self, table: sa.Table, rows: list[dict[str, Any]]) -> list[int]:
-        if not rows:
-            return []
-        if self.conn.dialect.insert_executemany_returning_sort_by_parameter_order:
-            return [r.id for r in self.conn.execute(_INSERT_RETURNING_ID[table], rows)]
-        # Without ordered RETURNING: insert, then read the ids back by uuid.
-        self.conn.execute(_INSERT[table], rows)
-        uuids = [r["uuid"] for r in rows]
-        found = dict(self.conn.execute(_IDS_BY_UUID[table], {"uuids": uuids}).all())
-        return [found[u] for u in uuids]
 
     def _insert_cpid(self, device_id: int, controlpath_id: dict[str, Any]) -> int:
         return _inserted_id(
