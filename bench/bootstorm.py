@@ -14,6 +14,11 @@ Phases:
    live usage in each report (``usage``: a few figures per device, outside the hash,
    as an agent with UsageReader drivers sends it; doc/devices.md): the API keeps it at
    most once per ``[api] report_age_resolution``, so a report still writes nothing.
+   The unchanged phases' client (``--client raw``, the default since 2026-11-26) sends
+   requests encoded before the clock starts on non-blocking keep-alive sockets from
+   one thread, one request in flight per connection: about 0.025 ms of CPU per
+   report against 0.07 ms for the asyncio client (``--client asyncio``) of the figures
+   before, on a 2-core machine where the client's CPU is the server's loss.
    Then ``--changed-hosts`` hosts report a changed snapshot (one device's firmware
    version), all at once.
 
