@@ -144,6 +144,14 @@ class ReportCache(Generic[T]):
                 del self._entries[next(iter(self._entries))]  # the oldest
             self._entries[hostname] = (version, value)
 
+    def replace(self, hostname: str, old: T, new: T) -> None:
+        """Keep ``new`` for ``hostname`` at the version ``old`` was read at, if ``old``
+        is still its entry (a write that changed nothing the version counts)."""
+        with self._lock:
+            entry = self._entries.get(hostname)
+            if entry is not None and entry[1] is old:
+                self._entries[hostname] = (entry[0], new)
+
     def forget(self, hostname: str) -> None:
         """Read the host's row again next time (this process wrote to it)."""
         with self._lock:

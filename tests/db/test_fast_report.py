@@ -7,11 +7,15 @@ answers as always."""
 
 from __future__ import annotations
 
-import pytest
+import datetime as dt
 
-from exosuit.api.deploy import NoAuthMiddleware, RequestIdMiddleware
-from exosuit.db import desired_state
+import pytest
+import sqlalchemy as sa
+
+from exosuit.api.deploy import NoAuthMiddleware, RequestIdMiddleware, loadapp
+from exosuit.db import desired_state, models
 from tests.conftest import PERSONAS, ApiClient
+from tests.db.test_unchanged_reports import DIRECT_READ, statements
 from tests.helpers.inventory import fpga, snapshot
 
 HOST = "fast-host"
@@ -139,3 +143,22 @@ def test_a_malformed_identity_header_gets_the_applications_400(api, quiet):
     response = caller.put(PATH, quiet, headers={HEADER: "0"})
     assert response.status_code == 400, response.text
     assert _shown(response) == _shown(_full_path(caller).put(PATH, quiet, headers={HEADER: "0"}))
+
+
+def test_after_the_report_time_moved_the_next_report_is_answered_fast(api, database, quiet):
+    old = dt.datetime(2026, 1, 1)  # older than the resolution: the next report moves it
+    database.write(lambda conn: conn.execute(sa.update(models.hosts).values(last_report_at=old)))
+    fresh = ApiClient(loadapp(api.app.application.conf, database))  # a cache of its own
+    report = {**quiet, "observed_generation": 0}
+    with statements(database, fresh) as seen:
+        answer = fresh.put(PATH, report, headers={HEADER: "0"}).json
+    assert any(s.lstrip().upper().startswith("UPDATE") for s in seen), seen
+    assert answer["desired_state"]["generation"] == 0  # it wrote: the state comes along
+    before = _answered(fresh)
+    with statements(database, fresh) as seen:
+        answer = fresh.put(PATH, report, headers={HEADER: "0"}).json
+    assert answer == {"hostname": HOST, "hash": quiet["hash"], "changed": False}
+    assert _answered(fresh) == before + 1
+    assert seen == [DIRECT_READ] or (  # the counter only, never the host's row
+        len(seen) == 1 and "metric_counters" in seen[0] and "hosts" not in seen[0]
+    ), seen

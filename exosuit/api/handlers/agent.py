@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import json
@@ -54,12 +55,15 @@ def put_inventory(req: wsgi.Request):
     hostname = req.arg("hostname")
     body = _report(req, hostname)
     known = _known(req, hostname)
+    kept: db.HostReport | None = None
     if known is not None and known.snapshot_hash == body["hash"]:
-        changed, wrote = False, _touch(req, known, hostname, body)
+        changed, (wrote, kept) = False, _touch(req, known, hostname, body)
         held = not wrote and _holds(req.environ, known)
     else:
         changed, held, wrote = _apply(req, hostname, body, new=known is None), False, True
-    if wrote:  # or may have: read the host again next time
+    if kept is not None:  # only the report time moved (and the observed generation)
+        req.app.host_reports.replace(hostname, known, kept)
+    elif wrote:  # or may have: read the host again next time
         req.app.host_reports.forget(hostname)
     answer: dict[str, Any] = {"hostname": hostname, "hash": body["hash"], "changed": changed}
     if not held:
@@ -245,22 +249,30 @@ def _holds(environ: dict[str, Any], known: db.HostReport) -> bool:
     )
 
 
-def _touch(req: wsgi.Request, known: db.HostReport, hostname: str, body: dict[str, Any]) -> bool:
+def _touch(
+    req: wsgi.Request, known: db.HostReport, hostname: str, body: dict[str, Any]
+) -> tuple[bool, db.HostReport | None]:
     """An unchanged report: move the host's last report time, with the report's usage,
     at most once per ``[api] report_age_resolution`` seconds, and the generation its
     agent observed when that moved (nothing else is written; what is written is
-    checked against the snapshot's schema first). Whether it wrote."""
+    checked against the snapshot's schema first). Whether it wrote, and, when the
+    report time moved, what the host's entry in the cache becomes: the same hash and
+    desired generation (neither was written, nor is the cache's counter moved by such
+    a write), a report time no later than the one written (taken before it), and the
+    observed generation sent (both only grow: an older value than the database's
+    costs a compare-and-set that finds nothing to do, never a wrong answer)."""
     resolution = req.app.conf.api.report_age_resolution
     stale = _stale(known, resolution)
     observed = body.get("observed_generation")
     moved = known.moved(observed) if isinstance(observed, int) else observed is not None
     if not (stale or moved):
-        return False
+        return False, None
     extras = {k: body[k] for k in ("observed_generation", "usage") if k in body}
     if not stale:
         extras.pop("usage", None)
     wsgi.validate(extras, _extras_schema())
-    req.app.db.write(
+    before = models.utcnow()
+    timed = req.app.db.write(
         db.touch_host,
         hostname,
         body["hash"],
@@ -268,7 +280,10 @@ def _touch(req: wsgi.Request, known: db.HostReport, hostname: str, body: dict[st
         usage=extras.get("usage"),
         observed_generation=observed if moved else None,
     )
-    return True
+    if not timed:
+        return True, None
+    generation = observed if moved else known.observed_generation
+    return True, dataclasses.replace(known, last_report_at=before, observed_generation=generation)
 
 
 def _apply(req: wsgi.Request, hostname: str, body: dict[str, Any], *, new: bool) -> bool:
