@@ -315,6 +315,14 @@ database_opts = [
         min=0,
         help="Times a transaction is retried after a deadlock or serialization failure.",
     ),
+    cfg.IntOpt(
+        "startup_wait",
+        default=120,
+        min=0,
+        help="Seconds exosuit-api and exosuit-conductor wait at start for a database that "
+        "cannot be reached (a restart during a database failover), said once in the log, "
+        "before they give up with the reason.",
+    ),
 ]
 
 agent_opts = [

@@ -134,7 +134,7 @@ def _check_schema(conf) -> None:
 
     db = Database.from_conf(conf)
     try:
-        problem = migration.start_problem(db)
+        problem = migration.start_problem(db, wait=conf.database.startup_wait)
     finally:
         db.dispose()
     if problem is not None:

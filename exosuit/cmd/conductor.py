@@ -28,7 +28,7 @@ def _database(conf):
     from exosuit.db.api import Database
 
     db = Database.from_conf(conf)
-    problem = migration.start_problem(db)
+    problem = migration.start_problem(db, wait=conf.database.startup_wait)
     if problem is not None:
         db.dispose()
         raise SystemExit(f"exosuit-conductor: {problem}")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import time
+from collections.abc import Callable
 
 import sqlalchemy as sa
 from alembic import command
@@ -14,6 +17,8 @@ from sqlalchemy.engine import Connection
 from exosuit.db.api import Database
 
 __all__ = ["current_revision", "head_revision", "start_problem", "upgrade"]
+
+LOG = logging.getLogger(__name__)
 
 _SCRIPT_LOCATION = os.path.join(os.path.dirname(__file__), "migrations")
 
@@ -48,15 +53,35 @@ def head_revision() -> str | None:
     return ScriptDirectory.from_config(_config()).get_current_head()
 
 
-def start_problem(db: Database) -> str | None:
+def start_problem(
+    db: Database, *, wait: float = 0.0, sleep: Callable[[float], None] = time.sleep
+) -> str | None:
     """Why a service cannot start on ``db``, in one sentence for its operator (None: it
-    can): the database cannot be reached, or its schema is not at the newest revision."""
-    try:
-        current = current_revision(db)
-    except sa.exc.DBAPIError as error:
-        where = db.engine.url.render_as_string(hide_password=True)
-        cause = str(getattr(error, "orig", None) or error).strip().splitlines()
-        return f"cannot reach the database {where}: {cause[0] if cause else type(error).__name__}"
+    can): the database cannot be reached (after waiting up to ``wait`` seconds for it,
+    said once in the log), or its schema is not at the newest revision."""
+    deadline = time.monotonic() + wait
+    delay, waited = 1.0, False
+    while True:
+        try:
+            current = current_revision(db)
+            break
+        except sa.exc.DBAPIError as error:
+            where = db.engine.url.render_as_string(hide_password=True)
+            cause = str(getattr(error, "orig", None) or error).strip().splitlines()
+            problem = (
+                f"cannot reach the database {where}: {cause[0] if cause else type(error).__name__}"
+            )
+            if time.monotonic() + delay > deadline:
+                return problem
+            if not waited:
+                LOG.warning(
+                    "%s; waiting up to %.0f s for it ([database] startup_wait)", problem, wait
+                )
+                waited = True
+            sleep(delay)
+            delay = min(2 * delay, 10.0)
+    if waited:
+        LOG.info("the database answers")
     head = head_revision()
     if current != head:
         return (

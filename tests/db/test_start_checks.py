@@ -4,6 +4,7 @@ on and no traceback, when the database cannot be reached or its schema is behind
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -32,7 +33,9 @@ def _run(program: str, config) -> subprocess.CompletedProcess:
 def test_an_unreachable_database_is_named_without_its_password(program, tmp_path):
     config = tmp_path / "exosuit.conf"
     url = f"postgresql+psycopg2://exosuit:s3cret@127.0.0.1:{_closed_port()}/exosuit"
-    config.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\n[database]\nconnection = {url}\n")
+    config.write_text(
+        f"[DEFAULT]\nstate_path = {tmp_path}\n[database]\nconnection = {url}\nstartup_wait = 0\n"
+    )
     done = _run(program, config)
     assert done.returncode == 1, done.stderr
     assert f"{program}: cannot reach the database postgresql+psycopg2://exosuit:***@" in (
@@ -50,3 +53,99 @@ def test_a_schema_behind_asks_for_the_upgrade(program, tmp_path):
     assert done.returncode == 1, done.stderr
     assert f"{program}: the database schema is at nothing" in done.stderr
     assert "exosuit-manage db upgrade" in done.stderr and "Traceback" not in done.stderr
+
+
+class Forwarder:
+    """A TCP forwarder to the real database server, started when the test says: until
+    then nothing listens on its port (the database is "down")."""
+
+    def __init__(self, port: int, target: tuple[str, int]) -> None:
+        self.port, self.target = port, target
+        self.server: socket.socket | None = None
+        self.sockets: list[socket.socket] = []
+
+    def start(self) -> None:
+        import threading
+
+        self.server = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        assert self.server is not None
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            self.sockets.append(client)
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            self.sockets.append(upstream)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for open_socket in self.sockets:
+            open_socket.close()
+
+
+@pytest.mark.parametrize("database", ["postgresql"], indirect=True)
+def test_the_conductor_waits_for_a_database_that_comes_back(database, tmp_path):
+    """A restart during a database outage (a failover, the chaos campaign's) waits for
+    the database, said once, instead of exiting: here PostgreSQL's port is reachable only
+    a few seconds after the start."""
+    import time
+
+    from tests.helpers.agent_processes import wait_for
+
+    url = database.engine.url
+    forwarder = Forwarder(_closed_port(), (url.host or "127.0.0.1", url.port or 5432))
+    through = url.set(host="127.0.0.1", port=forwarder.port)
+    config = tmp_path / "exosuit.conf"
+    config.write_text(
+        f"[DEFAULT]\nstate_path = {tmp_path}\n[database]\n"
+        f"connection = {through.render_as_string(hide_password=False)}\nstartup_wait = 600\n"
+    )
+    log = tmp_path / "conductor.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [os.path.join(BIN, "exosuit-conductor"), "--config-file", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for(lambda: "waiting up to 600 s" in log.read_text(), timeout=120, what="waiting")
+        time.sleep(2)  # it waits, not spins or exits: still one line, still running
+        assert process.poll() is None, log.read_text()
+        assert log.read_text().count("cannot reach the database") == 1
+        forwarder.start()
+        wait_for(lambda: "the database answers" in log.read_text(), timeout=120, what="reconnected")
+        assert process.poll() is None, log.read_text()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 0, log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+        forwarder.stop()
