@@ -97,18 +97,8 @@ def unchanged_answer(app, environ: dict[str, Any]) -> bytes | None:
     schema version and host, the cache's rule, the report time's resolution, the
     observed generation, the held desired state). The body, once read, is put back in
     ``wsgi.input`` for the full path."""
-    path = environ.get("PATH_INFO", "")
-    if (
-        environ.get("REQUEST_METHOD") != "PUT"
-        or not path.startswith(_PREFIX)
-        or not path.endswith(_SUFFIX)
-        or environ.get("QUERY_STRING")
-    ):
-        return None
-    hostname = path[len(_PREFIX) : -len(_SUFFIX)]
-    if not hostname or "/" in hostname or len(hostname) > 255 or not hostname.isprintable():
-        return None
-    if not hostname.isascii():  # the full path decodes it from UTF-8
+    hostname = _reported_host(environ)
+    if hostname is None:
         return None
     try:
         app.authorize(_Caller(app.context(environ)), policies.REPORT)
@@ -128,6 +118,23 @@ def unchanged_answer(app, environ: dict[str, Any]) -> bytes | None:
     if not _holds(environ, known):
         return None
     return wsgi.encode_json({"hostname": hostname, "hash": body["hash"], "changed": False})
+
+
+def _reported_host(environ: dict[str, Any]) -> str | None:
+    """The host of a ``PUT …/hosts/{hostname}/inventory`` with no query string and a
+    plain ASCII host name (the full path decodes any other from UTF-8); None otherwise."""
+    path = environ.get("PATH_INFO", "")
+    if (
+        environ.get("REQUEST_METHOD") != "PUT"
+        or not path.startswith(_PREFIX)
+        or not path.endswith(_SUFFIX)
+        or environ.get("QUERY_STRING")
+    ):
+        return None
+    hostname = path[len(_PREFIX) : -len(_SUFFIX)]
+    if not hostname or "/" in hostname or len(hostname) > 255:
+        return None
+    return hostname if hostname.isprintable() and hostname.isascii() else None
 
 
 def _quick_body(app, environ: dict[str, Any], hostname: str) -> dict[str, Any] | None:
