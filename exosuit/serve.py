@@ -8,6 +8,7 @@ drivers, reporting through the agent API like any agent.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -111,35 +112,55 @@ def _exosuit_command() -> str:
 
 
 def serve(conf: cfg.ConfigOpts, *, host: str, port: int, ready=None) -> None:
-    """Run until SIGINT/SIGTERM. ``ready(server)`` is called once listening."""
-    db = make_database(conf)
-    migration.upgrade(db)
-    app = loadapp(conf, db)
-    # The in-process agent is trusted: it calls the application past the authentication
-    # (as an admin with the service role), whatever [api] auth_strategy requires of
-    # everyone else.
-    agent_app = app if conf.api.auth_strategy == "noauth" else NoAuthMiddleware(app.application)
-    try:
-        simulated = LocalHost(conf, agent_app)
-    except CacheLocked as error:
-        db.dispose()
-        raise SystemExit(
-            f"exosuit serve: {error}; stop it first, or use another --data-dir"
-        ) from None
-    simulated.start()
-    # One conductor worker in-process runs the jobs (Placement sync, drift repair …).
-    conductor = Conductor(conf, db, workers=1)
-    conductor.start()
-    server = cheroot_wsgi.Server(
-        (host, port),
-        app,
-        numthreads=max(4, conf.api.threads),
-        server_name="exosuit",
-        # cheroot's default backlog is 5: a burst of clients got connection resets.
-        request_queue_size=conf.api.backlog,
-        shutdown_timeout=conf.api.shutdown_timeout,
-    )
-    server.prepare()
+    """Run until SIGINT/SIGTERM. ``ready(server)`` is called once listening.
+
+    Each piece started is stopped on the way out, in reverse order, by one ExitStack:
+    whether the stop comes while serving or while starting (exosuit/stopping.py: a signal
+    before the server's own handlers raises there), nothing is left behind."""
+    with contextlib.ExitStack() as started:
+        served: list[bool] = []
+        # Said last, once everything below is stopped (callbacks run in reverse order).
+        started.callback(lambda: served and print("Exosuit stopped.", flush=True))
+        db = make_database(conf)
+        started.callback(db.dispose)
+        migration.upgrade(db)
+        app = loadapp(conf, db)
+        # The in-process agent is trusted: it calls the application past the
+        # authentication (as an admin with the service role), whatever [api]
+        # auth_strategy requires of everyone else.
+        agent_app = app if conf.api.auth_strategy == "noauth" else NoAuthMiddleware(app.application)
+        try:
+            simulated = LocalHost(conf, agent_app)
+        except CacheLocked as error:
+            raise SystemExit(
+                f"exosuit serve: {error}; stop it first, or use another --data-dir"
+            ) from None
+        started.callback(simulated.stop)
+        simulated.start()
+        # One conductor worker in-process runs the jobs (Placement sync, drift repair …).
+        conductor = Conductor(conf, db, workers=1)
+        # A job still running after this is claimed again when its lease expires.
+        started.callback(conductor.stop, timeout=10)
+        conductor.start()
+        server = cheroot_wsgi.Server(
+            (host, port),
+            app,
+            numthreads=max(4, conf.api.threads),
+            server_name="exosuit",
+            # cheroot's default backlog is 5: a burst of clients got connection resets.
+            request_queue_size=conf.api.backlog,
+            shutdown_timeout=conf.api.shutdown_timeout,
+        )
+        started.callback(server.stop)
+        server.prepare()
+        _banner(conf, server, simulated)
+        served.append(True)
+        _serve_until_stopped(server, ready)
+
+
+def _banner(conf: cfg.ConfigOpts, server, simulated: LocalHost) -> None:
+    """Where it listens and what to do next: the command line, the dashboard, OpenStack's
+    client."""
     bound_host, bound_port = server.bind_addr[:2]
     url = f"http://{bound_host}:{bound_port}"
     database = conf.database.connection
@@ -156,7 +177,6 @@ def serve(conf: cfg.ConfigOpts, *, host: str, port: int, ready=None) -> None:
         + ", ".join(f"{n} x {s}" for s, n in sorted(simulated.driver.shapes.items())),
         flush=True,
     )
-    # What a newcomer does next: the command line, the dashboard, OpenStack's client.
     endpoint = "" if url == CLIENT_DEFAULT_URL else f" --os-endpoint {url}"
     print(f"  in another terminal: {_exosuit_command()}{endpoint} device list", flush=True)
     print(f"  dashboard: {url}/dashboard", flush=True)
@@ -167,6 +187,9 @@ def serve(conf: cfg.ConfigOpts, *, host: str, port: int, ready=None) -> None:
     )
     print("  Ctrl-C stops.", flush=True)
 
+
+def _serve_until_stopped(server, ready) -> None:
+    """Serve until SIGINT or SIGTERM (then the caller stops the rest)."""
     stopper: list[threading.Thread] = []
 
     def _stop(signum, frame):
@@ -190,9 +213,3 @@ def serve(conf: cfg.ConfigOpts, *, host: str, port: int, ready=None) -> None:
             signal.signal(s, handler)
         for thread in stopper:
             thread.join()
-        simulated.stop()
-        # A job still running after this is claimed again when its lease expires.
-        conductor.stop(timeout=10)
-        server.stop()
-        db.dispose()
-        print("Exosuit stopped.", flush=True)

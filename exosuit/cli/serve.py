@@ -8,6 +8,7 @@ import os
 from cliff.command import Command
 
 from exosuit.logs import setup_logging
+from exosuit.stopping import stop_while_starting
 
 # [inventory] ready_drivers of exosuit serve: the simulated plug-in, whose devices (its
 # FPGA reported with Cyborg's fake driver's name, its GPUs) are there for the demo.
@@ -53,6 +54,10 @@ class Serve(Command):
         return parser
 
     def take_action(self, parsed_args):
+        with stop_while_starting():  # until the server's own handlers take over
+            return self._serve(parsed_args)
+
+    def _serve(self, parsed_args):
         # Imported here: the server's modules are not needed by the other commands.
         from exosuit.conf import make_conf
         from exosuit.serve import serve

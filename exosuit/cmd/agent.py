@@ -11,6 +11,7 @@ from exosuit.agent.plugins import DriverSet, installed_plugins
 from exosuit.agent.snapshot import discover, make_snapshot
 from exosuit.cmd import add_config_argument
 from exosuit.conf import make_conf
+from exosuit.stopping import stop_while_starting
 
 
 def _discover(args) -> int:
@@ -186,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     record.add_argument("--sysfs-root", default="/", help="Root to record (default /).")
     record.set_defaults(func=_record)
     args = parser.parse_args(argv)
-    return args.func(args)
+    with stop_while_starting():  # until the agent's own handlers take over
+        return int(args.func(args))
 
 
 if __name__ == "__main__":

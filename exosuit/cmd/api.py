@@ -13,30 +13,18 @@ import shutil
 import sys
 import tempfile
 
-from gunicorn.app.base import BaseApplication
-
 from exosuit.cmd import add_config_argument, setup_logging
-from exosuit.conf import make_conf
-
-
-class _Gunicorn(BaseApplication):
-    def __init__(self, conf, options: dict) -> None:
-        self.conf = conf
-        self.options = options
-        super().__init__()
-
-    def load_config(self) -> None:
-        for key, value in self.options.items():
-            self.cfg.set(key, value)
-
-    def load(self):
-        # Each worker builds its own app (and database pool) after the fork.
-        from exosuit.api.deploy import loadapp
-
-        return loadapp(self.conf)
+from exosuit.stopping import stop_while_starting
 
 
 def main(argv: list[str] | None = None) -> int:
+    with stop_while_starting():  # until the server's own handlers take over
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    from exosuit.conf import make_conf
+
     parser = argparse.ArgumentParser(prog="exosuit-api", description=__doc__)
     add_config_argument(parser)
     parser.add_argument("--host", help="Address to listen on ([api] host_ip).")
@@ -104,7 +92,20 @@ def _serve(conf, config_files: list[str], workers: int) -> None:
         "preload_app": False,
         "proc_name": "exosuit-api",
     }
-    _Gunicorn(conf, options).run()
+    from gunicorn.app.base import BaseApplication
+
+    class _Gunicorn(BaseApplication):
+        def load_config(self) -> None:
+            for key, value in options.items():
+                self.cfg.set(key, value)
+
+        def load(self):
+            # Each worker builds its own app (and database pool) after the fork.
+            from exosuit.api.deploy import loadapp
+
+            return loadapp(conf)
+
+    _Gunicorn().run()
 
 
 def _run_granian(conf, config_files: list[str], workers: int) -> None:

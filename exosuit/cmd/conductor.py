@@ -17,7 +17,7 @@ import signal
 import sys
 
 from exosuit.cmd import add_config_argument, setup_logging
-from exosuit.conf import make_conf
+from exosuit.stopping import stop_while_starting
 
 LOG = logging.getLogger("exosuit.conductor")
 STATES = ("pending", "running", "failed", "succeeded")
@@ -37,6 +37,7 @@ def _database(conf):
 
 def _run(args) -> int:
     from exosuit.conductor.worker import Conductor
+    from exosuit.conf import make_conf
 
     overrides = {"conductor.workers": args.workers} if args.workers else {}
     conf = make_conf(args.config_file, **overrides)
@@ -60,6 +61,7 @@ def _run(args) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _on_signal)
     conductor.start()
+    LOG.info("exosuit-conductor running %d worker(s)", len(conductor.workers))
     # NOTE: join with a timeout, so that the main thread wakes up for signals.
     while not conductor.join(timeout=0.2):
         pass
@@ -69,6 +71,7 @@ def _run(args) -> int:
 
 
 def _status(args) -> int:
+    from exosuit.conf import make_conf
     from exosuit.db import jobs
 
     conf = make_conf(args.config_file)
@@ -119,6 +122,7 @@ def _row(job: dict) -> tuple[str, ...]:
 
 
 def _retry(args) -> int:
+    from exosuit.conf import make_conf
     from exosuit.db import jobs
 
     conf = make_conf(args.config_file)
@@ -178,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     retry.add_argument("job_id", type=int)
     retry.set_defaults(func=_retry)
     args = parser.parse_args(argv)
-    return args.func(args)
+    with stop_while_starting():  # until the workers' own handlers take over
+        return int(args.func(args))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from pathlib import Path
 from exosuit.cli.app import add_connection_options
 from exosuit.cli.client import CLIError, connect
 from exosuit.cmd import setup_logging
+from exosuit.stopping import stop_while_starting
 
 DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
 DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
@@ -96,6 +97,11 @@ def _kubernetes(kubeconfig: str | None):
 
 
 def main(argv: list[str] | None = None) -> int:
+    with stop_while_starting():  # until the plugin's own handlers take over
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.node_name:

@@ -4,10 +4,12 @@ on and no traceback, when the database cannot be reached or its schema is behind
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 
 import pytest
 
@@ -110,40 +112,69 @@ class Forwarder:
             open_socket.close()
 
 
-@pytest.mark.parametrize("database", ["postgresql"], indirect=True)
-def test_the_conductor_waits_for_a_database_that_comes_back(database, tmp_path):
-    """A restart during a database outage (a failover, the chaos campaign's) waits for
-    the database, said once, instead of exiting: here PostgreSQL's port is reachable only
-    a few seconds after the start."""
-    import time
-
-    from tests.helpers.agent_processes import wait_for
-
+def _start(program: str, database, tmp_path, forwarder: Forwarder):
+    """``program`` on PostgreSQL reached through ``forwarder`` (down until started), its
+    output (log lines) in a file; the process and that file."""
     url = database.engine.url
-    forwarder = Forwarder(_closed_port(), (url.host or "127.0.0.1", url.port or 5432))
     through = url.set(host="127.0.0.1", port=forwarder.port)
     config = tmp_path / "exosuit.conf"
     config.write_text(
         f"[DEFAULT]\nstate_path = {tmp_path}\n[database]\n"
         f"connection = {through.render_as_string(hide_password=False)}\nstartup_wait = 600\n"
+        f"[api]\nport = {_closed_port()}\nworkers = 1\n"
     )
-    log = tmp_path / "conductor.log"
+    log = tmp_path / f"{program}.log"
     with open(log, "w") as out:
         process = subprocess.Popen(
-            [os.path.join(BIN, "exosuit-conductor"), "--config-file", str(config)],
+            [os.path.join(BIN, program), "--config-file", str(config)],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+    return process, log
+
+
+def _running(program: str, log) -> bool:
+    if program == "exosuit-conductor":
+        return "exosuit-conductor running" in log.read_text()
+    port = int(re.search(r"listening on http://127\.0\.0\.1:(\d+)", log.read_text())[1])
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+# Where the stop comes: while it waits for the database (in a sleep between tries), as
+# soon as the database answers (it is then checking the schema and building its workers
+# or server: that run's failure was a conductor killed by the signal there, exit -15),
+# and once it runs (its own handlers: the jobs in hand finish, the server drains).
+POINTS = ("waiting", "answers", "running")
+
+
+@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("program", ["exosuit-api", "exosuit-conductor"])
+@pytest.mark.parametrize("database", ["postgresql"], indirect=True)
+def test_sigterm_at_any_point_of_the_start_stops_cleanly(program, point, database, tmp_path):
+    """A restart during a database outage (a failover, the chaos campaign's) waits for the
+    database, said once, instead of exiting; and SIGTERM at any point of that start ends
+    the process with status 0, as a stop of a running one does (exosuit/stopping.py)."""
+    from tests.helpers.agent_processes import wait_for
+
+    url = database.engine.url
+    forwarder = Forwarder(_closed_port(), (url.host or "127.0.0.1", url.port or 5432))
+    process, log = _start(program, database, tmp_path, forwarder)
     try:
         wait_for(lambda: "waiting up to 600 s" in log.read_text(), timeout=120, what="waiting")
-        time.sleep(2)  # it waits, not spins or exits: still one line, still running
-        assert process.poll() is None, log.read_text()
-        assert log.read_text().count("cannot reach the database") == 1
-        forwarder.start()
-        wait_for(lambda: "the database answers" in log.read_text(), timeout=120, what="reconnected")
-        assert process.poll() is None, log.read_text()
+        assert process.poll() is None, log.read_text()  # it waits, not exits
+        if point != "waiting":
+            forwarder.start()
+            wait_for(lambda: "the database answers" in log.read_text(), 120, "reconnected")
+        if point == "running":
+            wait_for(lambda: _running(program, log), timeout=120, what="running")
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=120) == 0, log.read_text()
+        assert log.read_text().count("cannot reach the database") == 1  # said once
+        assert "Traceback" not in log.read_text()
     finally:
         if process.poll() is None:
             process.kill()

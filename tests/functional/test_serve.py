@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import signal
 import socket
+import subprocess
+import threading
 import uuid
 
 import pytest
@@ -230,3 +232,32 @@ def test_a_malformed_chunked_body_is_400_not_500(servers, tmp_path):
     status = int(answer.split(b" ", 2)[1])
     assert 400 <= status < 500, answer[:300]
     assert server.get("/v2/device_profiles").json()["device_profiles"] == []
+
+
+def test_sigterm_while_serve_starts_stops_it_cleanly(servers, tmp_path):
+    """SIGTERM as the banner's first line comes (the server is made, its own handlers are
+    not yet installed: exosuit/stopping.py) ends the start with status 0, no traceback,
+    and leaves the data directory free for the next start."""
+    from tests.functional.serve_fixture import _script
+    from tests.helpers.agent_processes import drain, wait_for
+
+    argv = [_script("exosuit"), "serve", "--port", "0", "--data-dir", str(tmp_path / "data")]
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=drain, args=(process.stdout, lines), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: "serving Cyborg's v2 API" in "".join(lines), 120, "the banner")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 0, "".join(lines)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    reader.join(timeout=30)
+    assert "Traceback" not in "".join(lines)
+    # Nothing was left behind: the agent cache's lock is free, the next start serves.
+    again = servers(tmp_path / "data")
+    assert again.get("/v2/devices").status_code == 200
