@@ -262,7 +262,22 @@ PROCESS_FIXTURES = frozenset(
 )
 
 
+# Folders whose tests share one expensive service of their own (a whole Nova): under
+# pytest-xdist they run on one worker, which starts it once.
+ONE_WORKER_FOLDERS = {"nova_real": "nova"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        # `make test` runs the suite on several pytest-xdist workers with --dist
+        # loadgroup: the tests of one module go to one worker (a module's fixtures, often
+        # a server, start once), and so do the tests of a folder that ONE_WORKER_FOLDERS
+        # names. Session services (Keystone, Placement, Glance, Chromium) start once per
+        # worker that needs one.
+        if not any(item.iter_markers("xdist_group")):
+            path = item.path.relative_to(config.rootpath)
+            group = ONE_WORKER_FOLDERS.get(path.parts[1]) if len(path.parts) > 2 else None
+            item.add_marker(pytest.mark.xdist_group(group or str(path)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,6 +23,7 @@ _get_comp_words_by_ref() {
 """
 
 
+@functools.cache  # one script per shell for the module: the cases only read it
 def _script_for(shell: str) -> str:
     result = subprocess.run(
         [_script("exosuit"), "complete", "--shell", shell],
