@@ -15,10 +15,11 @@ wire is doc/agent-api.md. For each step listed that it has not ended, the agent:
    an install did, so ``installed()`` may rightly stay true: with nothing configured, or
    when the device was already as an install leaves it), ``failed`` when it raised.
 
-The outcome is written to the agent cache before it is sent (``PUT
-/agent/v1/hosts/{hostname}/activations/{device_uuid}``) and kept until the API
-acknowledges it (200, or 409: the operator changed the device's activation since), so a
-restart neither runs a step it ended again nor loses the outcome. A step interrupted by
+As every reconciler's (the base: agent/reconciler.py), the outcome is written to the
+agent cache before it is sent (``PUT /agent/v1/hosts/{hostname}/activations/{device_uuid}``)
+and sent again, with backoff, until the API acknowledges it (200, or 409: the operator
+changed the device's activation since), so a restart neither runs a step it ended again
+nor loses the outcome. A step interrupted by
 a crash before its end was written is run again: ``install`` and ``uninstall`` are
 idempotent (the driver contract, exosuit/drivers/base.py). The agent reports its
 inventory at once after each step. Nothing here waits: the agent loop does.

@@ -19,17 +19,17 @@ Three parts:
 * pure: ``parse_claim`` reads a desired-state entry, ``build_specs`` makes the specs of a
   claim from its drivers' edits, ``spec_errors`` checks a spec against the CDI 0.5.0
   schema (exosuit/schemas/cdi-spec-0.5.0.json), which the writer does before writing;
-* files: ``SpecDirectory`` writes a spec atomically (``.<name>.tmp`` in the same
-  directory, which CDI never reads, fsync, rename, fsync of the directory) and removes
-  one;
-* the reconciler, ``CdiReconciler``: writes the specs of the claims listed, reports
-  ``written`` or ``failed`` to ``PUT /agent/v1/hosts/{hostname}/claims/{claim_uuid}``,
-  rewrites a file that went missing or changed (``/var/run/cdi`` is emptied by a
-  reboot), and removes the files of claims no longer listed. Only files it wrote are
-  removed: their names are recorded in the agent cache before they are written. The
-  outcome stays in the cache until the API acknowledges it (200; 404: the claim is
-  unknown or released, and its files are removed at once). Nothing here waits: the
-  agent loop does.
+* files: ``SpecDirectory`` writes a spec atomically (exosuit/files.py: ``.<name>.tmp``
+  in the same directory, which CDI never reads, fsync, rename, fsync of the directory)
+  and removes one;
+* the reconciler, ``CdiReconciler`` (the base: agent/reconciler.py): writes the specs
+  of the claims listed, reports ``written`` or ``failed`` to
+  ``PUT /agent/v1/hosts/{hostname}/claims/{claim_uuid}``, rewrites a file that went
+  missing or changed (``/var/run/cdi`` is emptied by a reboot), and removes the files of
+  claims no longer listed. Only files it wrote are removed: their names are recorded in
+  the agent cache before they are written. The outcome stays in the cache, sent again
+  with backoff, until the API acknowledges it (200; 404: the claim is unknown or
+  released, and its files are removed at once). Nothing here waits: the agent loop does.
 """
 
 from __future__ import annotations

@@ -15,13 +15,13 @@ generation, the agent:
 3. discovers again and checks with ``partitioned``: ``applied`` when the device is as
    the layout asks, ``failed`` (with the reason) otherwise or when ``partition`` raised.
 
-As the activation reconciler does (agent/activations.py), the outcome is written to the
+As every reconciler's (the base: agent/reconciler.py), the outcome is written to the
 agent cache before it is sent (``PUT /agent/v1/hosts/{hostname}/partitions/{device_uuid}``)
-and kept until the API acknowledges it (200, or 409: the operator set another layout
-since), so a restart neither applies a layout twice nor loses the outcome; one
-interrupted by a crash before its end was written is applied again (``partition`` is
-idempotent). The agent reports its inventory at once after each, so the slices made or
-removed reach the API (and Placement) with no wait.
+and sent again, with backoff, until the API acknowledges it (200, or 409: the operator
+set another layout since), so a restart neither applies a layout twice nor loses the
+outcome; one interrupted by a crash before its end was written is applied again
+(``partition`` is idempotent). The agent reports its inventory at once after each, so
+the slices made or removed reach the API (and Placement) with no wait.
 """
 
 from __future__ import annotations

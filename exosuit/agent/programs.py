@@ -20,7 +20,8 @@ comes with every inventory response and from ``GET
    null when there was nothing to restore).
 
 Then the agent reports its inventory at once (the loaded function's traits). The final
-report is kept in the agent cache until the API acknowledges it, so a restart neither
+report is kept in the agent cache and sent again, with backoff, until the API
+acknowledges it (the base of every reconciler: agent/reconciler.py), so a restart neither
 loads an image twice nor loses the outcome. An unreachable API costs nothing: the step
 is tried again at the next poll (a download resumes where it stopped). Nothing here
 waits: the agent loop (agent/service.py) does every wait, through its clock.

@@ -57,9 +57,9 @@ from exosuit.agent.plugins import DriverSet
 from exosuit.agent.reporter import Response, Session, put_outcome
 from exosuit.backoff import backoff_delay
 
-__all__ = ["KeepRecord", "Reconciler"]
+__all__ = ["MAX_REASON", "KeepRecord", "Reconciler"]
 
-MAX_REASON = 4096  # the longest reason an outcome carries (the API's limit)
+MAX_REASON = 4096  # the longest reason an outcome carries
 
 ItemT = TypeVar("ItemT")
 RecordT = TypeVar("RecordT", bound=Outcome)
@@ -283,8 +283,3 @@ class Reconciler(abc.ABC, Generic[ItemT, RecordT]):
         if problem not in self._said:
             self._said.add(problem)
             self.log.log(level, "%s", problem)
-
-
-def reason(text: str) -> str:
-    """A reason as an outcome carries it: at most ``MAX_REASON`` characters."""
-    return text[:MAX_REASON]
