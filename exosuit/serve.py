@@ -20,9 +20,8 @@ from cheroot import wsgi as cheroot_wsgi
 from oslo_config import cfg
 
 from exosuit.agent.cache import AgentCache, CacheLocked
-from exosuit.agent.cdi import CdiReconciler
 from exosuit.agent.clock import SystemClock
-from exosuit.agent.main import build_programs
+from exosuit.agent.main import build_reconcilers
 from exosuit.agent.plugins import DriverSet
 from exosuit.agent.reporter import Reporter
 from exosuit.agent.service import Agent
@@ -67,13 +66,11 @@ class LocalHost:
             jitter=0,
             removal_grace=conf.agent.removal_grace,
             clock=clock,
-            # Programs of the simulated FPGA (and of real ones): doc/programming.md.
-            programs=build_programs(
-                conf, conf.host, drivers.drivers, session, reporter.endpoint, cache, clock
-            ),
-            # The CDI specs of the claims for containers (doc/cdi.md).
-            cdi=CdiReconciler(
-                conf.host, drivers, session, reporter.endpoint, cache, conf.cdi.spec_dir
+            # The agent's host work: programs of the simulated FPGA (and of real ones:
+            # doc/programming.md), install steps, partitions and slices, the CDI specs of
+            # the claims for containers (doc/cdi.md).
+            reconcilers=build_reconcilers(
+                conf, conf.host, drivers, session, reporter.endpoint, cache, clock
             ),
         )
         self._thread: threading.Thread | None = None

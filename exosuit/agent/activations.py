@@ -15,10 +15,11 @@ wire is doc/agent-api.md. For each step listed that it has not ended, the agent:
    an install did, so ``installed()`` may rightly stay true: with nothing configured, or
    when the device was already as an install leaves it), ``failed`` when it raised.
 
-The outcome is written to the agent cache before it is sent (``PUT
-/agent/v1/hosts/{hostname}/activations/{device_uuid}``) and kept until the API
-acknowledges it (200, or 409: the operator changed the device's activation since), so a
-restart neither runs a step it ended again nor loses the outcome. A step interrupted by
+As every reconciler's (the base: agent/reconciler.py), the outcome is written to the
+agent cache before it is sent (``PUT /agent/v1/hosts/{hostname}/activations/{device_uuid}``)
+and sent again, with backoff, until the API acknowledges it (200, or 409: the operator
+changed the device's activation since), so a restart neither runs a step it ended again
+nor loses the outcome. A step interrupted by
 a crash before its end was written is run again: ``install`` and ``uninstall`` are
 idempotent (the driver contract, exosuit/drivers/base.py). The agent reports its
 inventory at once after each step. Nothing here waits: the agent loop does.
@@ -26,128 +27,95 @@ inventory at once after each step. Nothing here waits: the agent loop does.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
-from exosuit.agent.cache import AgentCache, AgentState, FinishedActivation
-from exosuit.agent.plugins import DriverSet, driver_failure, where
-from exosuit.agent.reporter import Session, put_outcome
+from exosuit.agent.cache import AgentState, FinishedActivation
+from exosuit.agent.plugins import driver_failure, where
+from exosuit.agent.reconciler import MAX_REASON, Reconciler
+from exosuit.agent.reporter import Response
 from exosuit.drivers.base import Device, Installable, InstallError
-
-LOG = logging.getLogger(__name__)
 
 __all__ = ["ActivationReconciler"]
 
 ACTIONS = ("install", "uninstall")
-MAX_REASON = 4096
 
 
 class _Failed(Exception):
     """The step fails: the message is the reason the operator reads."""
 
 
-class ActivationReconciler:
-    """Runs the ``activations`` of this host's desired state, each once.
+class ActivationReconciler(Reconciler[Mapping[str, Any], FinishedActivation]):
+    """Runs the ``activations`` of this host's desired state, each once (the base:
+    agent/reconciler.py). ``step(state)`` returns True when a step ran: the loop then
+    reports the inventory at once."""
 
-    ``step(state)`` is called by the agent loop; it never waits, and returns True when
-    a step ran (the loop then reports the inventory at once).
-    """
+    section = "activations"
+    path = "activations"
+    noun = "an activation"
+    subject = "device {key}"
 
-    def __init__(
-        self,
-        hostname: str,
-        plugins: DriverSet,
-        session: Session,
-        endpoint: str,
-        cache: AgentCache,
-        *,
-        timeout: float = 30.0,
-    ) -> None:
-        self.hostname = hostname
-        self.plugins = plugins
-        self.session = session
-        self.endpoint = endpoint.rstrip("/")
-        self.cache = cache
-        self.timeout = timeout
-        self._malformed: set[str] = set()  # steps logged as malformed (said once)
-
-    def step(self, state: AgentState) -> bool:
-        """Send the outcomes not acknowledged yet, run each step listed that this agent
-        has not ended, forget what the API has and no longer asks for."""
-        for uuid, finished in list(state.activations.items()):
-            if not finished["acknowledged"]:
-                self._deliver(state, uuid, finished)
-        ran = False
-        listed: dict[str, tuple[str, int]] = {}
-        for item in state.desired_state.get("activations") or []:
-            step = self._parse(item)
-            if step is None:
-                continue
-            uuid, action, generation = step
-            listed[uuid] = (action, generation)
-            ended = state.activations.get(uuid)
-            if ended is not None and (ended["action"], ended["generation"]) == (action, generation):
-                continue  # ended (acknowledged or not): never run twice
-            self._run(state, uuid, item)
-            ran = True
-        stale = [
-            uuid
-            for uuid, finished in state.activations.items()
-            if finished["acknowledged"]
-            and listed.get(uuid) != (finished["action"], finished["generation"])
-        ]
-        for uuid in stale:
-            del state.activations[uuid]
-        if stale:
-            self.cache.save(state)
-        return ran
-
-    def _parse(self, item: Any) -> tuple[str, str, int] | None:
-        """(device uuid, action, generation) of a well-formed step; None (logged once)
-        for one this agent cannot run."""
-        if (
+    def parse(self, item: Any) -> tuple[str, Mapping[str, Any]]:
+        if not (
             isinstance(item, Mapping)
             and isinstance(item.get("device"), str)
             and item.get("action") in ACTIONS
             and isinstance(item.get("generation"), int)
             and isinstance(item.get("controlpath_id"), Mapping)
         ):
-            return item["device"], item["action"], item["generation"]
-        text = repr(item)[:300]
-        if text not in self._malformed:
-            self._malformed.add(text)
-            LOG.error("the desired state has an activation this agent cannot read: %s", text)
-        return None
+            raise ValueError("")
+        return item["device"], item
+
+    def records(self, state: AgentState) -> dict[str, FinishedActivation]:
+        return state.activations
+
+    def settled(self, record: FinishedActivation, item: Mapping[str, Any]) -> bool:
+        return (record["action"], record["generation"]) == (item["action"], item["generation"])
+
+    def answered(
+        self, state: AgentState, key: str, record: FinishedActivation, response: Response
+    ) -> None:
+        if response.status_code == 409:
+            self.log.info(
+                "device %s: the operator changed its activation since: %s",
+                key,
+                response.text[:200],
+            )
+        else:
+            super().answered(state, key, record, response)
 
     # -- one step ----------------------------------------------------------------------
 
-    def _run(self, state: AgentState, uuid: str, item: Mapping[str, Any]) -> None:
+    def run(self, state: AgentState, key: str, item: Mapping[str, Any]) -> bool:
         action: str = item["action"]
-        LOG.info("device %s: %s step (generation %s)", uuid, action, item["generation"])
+        self.log.info("device %s: %s step (generation %s)", key, action, item["generation"])
         try:
             reason = self._install(item) if action == "install" else self._uninstall(item)
             outcome = "done"
         except _Failed as failure:
             reason, outcome = str(failure), "failed"
         if outcome == "done":
-            LOG.info("device %s: %s done%s", uuid, action, f" ({reason})" if reason else "")
+            self.log.info("device %s: %s done%s", key, action, f" ({reason})" if reason else "")
         else:
-            LOG.error("device %s: %s failed: %s", uuid, action, reason)
-        finished: FinishedActivation = {
+            self.log.error("device %s: %s failed: %s", key, action, reason)
+        report = {
             "action": action,
             "generation": item["generation"],
-            "report": {
+            "state": outcome,
+            "reason": reason[:MAX_REASON] if reason is not None else None,
+        }
+        # Written before it is sent: a restart does not run it again.
+        self.finish(
+            state,
+            key,
+            {
                 "action": action,
                 "generation": item["generation"],
-                "state": outcome,
-                "reason": reason[:MAX_REASON] if reason is not None else None,
+                "report": report,
+                "acknowledged": False,
             },
-            "acknowledged": False,
-        }
-        state.activations[uuid] = finished
-        self.cache.save(state)  # before it is sent: a restart does not run it again
-        self._deliver(state, uuid, finished)
+        )
+        return True
 
     def _install(self, item: Mapping[str, Any]) -> str | None:
         found = self.plugins.find(item["controlpath_id"], prefer=item.get("driver"))
@@ -193,45 +161,12 @@ class ActivationReconciler:
             raise _Failed(_failure(error)) from error
         return None
 
-    # -- reports -----------------------------------------------------------------------
-
-    def _deliver(self, state: AgentState, uuid: str, finished: FinishedActivation) -> None:
-        url = f"{self.endpoint}/agent/v1/hosts/{self.hostname}/activations/{uuid}"
-        what = f"device {uuid}: the outcome"
-        response = put_outcome(
-            self.session, url, finished["report"], timeout=self.timeout, what=what
-        )
-        if response is None:
-            return
-        status = response.status_code
-        if status == 409:
-            LOG.info(
-                "device %s: the operator changed its activation since: %s", uuid, _text(response)
-            )
-        elif status == 404:
-            LOG.warning("device %s: the API does not know it on this host (404)", uuid)
-        elif status not in (200, 204):
-            # A report the API rejects (400) will not be accepted later either.
-            LOG.error(
-                "device %s: the API rejected %s: %s %s",
-                uuid,
-                finished["report"],
-                status,
-                _text(response),
-            )
-        finished["acknowledged"] = True
-        self.cache.save(state)
-
 
 def _installed(driver: Installable, device: Device, settings: Mapping[str, Any]) -> bool:
     try:
         return bool(driver.installed(device, settings))
     except Exception as error:
         raise _Failed(f"checking the install failed: {_failure(error)}") from error
-
-
-def _text(response: Any) -> str:
-    return str(response.text)[:200]
 
 
 def _failure(error: Exception) -> str:

@@ -38,9 +38,10 @@ import dataclasses
 import fcntl
 import json
 import os
-import tempfile
 from collections.abc import Callable
 from typing import Any, NotRequired, TypedDict
+
+from exosuit import files
 
 __all__ = [
     "CACHE_VERSION",
@@ -52,6 +53,7 @@ __all__ = [
     "FinishedActivation",
     "FinishedPartition",
     "FinishedProgram",
+    "Outcome",
     "SeenDevice",
 ]
 
@@ -77,16 +79,21 @@ class SeenDevice(TypedDict):
     found_by: NotRequired[str]
 
 
-class FinishedProgram(TypedDict):
+class Outcome(TypedDict):
+    """What every reconciler keeps per item (agent/reconciler.py): the outcome's body
+    (None: none yet) and whether the API acknowledged it."""
+
+    report: dict[str, Any] | None
+    acknowledged: bool
+
+
+class FinishedProgram(Outcome):
     """A program the agent ended: the final report's body (``state`` done or failed …)
     and whether the API acknowledged it (then it is kept only while the desired state
     still names the program)."""
 
-    report: dict[str, Any]
-    acknowledged: bool
 
-
-class FinishedActivation(TypedDict):
+class FinishedActivation(Outcome):
     """An install or uninstall step the agent ended (agent/activations.py): the desired
     state's ``action`` and ``generation`` it answers, the outcome's body (``state``
     done or failed, ``reason``) and whether the API acknowledged it (then it is kept
@@ -94,22 +101,18 @@ class FinishedActivation(TypedDict):
 
     action: str
     generation: int
-    report: dict[str, Any]
-    acknowledged: bool
 
 
-class FinishedPartition(TypedDict):
+class FinishedPartition(Outcome):
     """A partition layout the agent applied or failed to (agent/partitions.py): the
     desired state's ``generation`` it answers, the outcome's body (``state`` applied or
     failed, ``reason``) and whether the API acknowledged it (then it is kept only while
     the desired state still lists that layout)."""
 
     generation: int
-    report: dict[str, Any]
-    acknowledged: bool
 
 
-class ContainerSpecs(TypedDict):
+class ContainerSpecs(Outcome):
     """The CDI spec files of one claim handed to containers (agent/cdi.py): the digest
     of the desired state's entry they were written for, each file's name and the
     SHA-256 of what was written (``files``; a name is recorded before its file is
@@ -120,8 +123,6 @@ class ContainerSpecs(TypedDict):
     digest: str
     files: dict[str, str | None]
     state: str
-    report: dict[str, Any] | None
-    acknowledged: bool
 
 
 @dataclasses.dataclass
@@ -271,6 +272,8 @@ class AgentCache:
         except FileNotFoundError:
             return
         for name in names:
+            # ".agent-cache.json.<random>.tmp" (exosuit/files.py), or an older agent's
+            # ".agent-cache.<random>"
             if name.startswith(".agent-cache."):
                 try:
                     os.unlink(os.path.join(self.state_dir, name))
@@ -278,22 +281,6 @@ class AgentCache:
                     pass
 
     def save(self, state: AgentState) -> None:
-        os.makedirs(self.state_dir, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=".agent-cache.", dir=self.state_dir)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(state.to_json(), f, sort_keys=True, separators=(",", ":"))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(temp, self.path)
-        except BaseException:
-            try:
-                os.unlink(temp)
-            except FileNotFoundError:
-                pass
-            raise
-        dir_fd = os.open(self.state_dir, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        """Replace the file with ``state`` (exosuit/files.py: whole or absent)."""
+        data = json.dumps(state.to_json(), sort_keys=True, separators=(",", ":"))
+        files.atomic_write(self.path, data)

@@ -19,17 +19,17 @@ Three parts:
 * pure: ``parse_claim`` reads a desired-state entry, ``build_specs`` makes the specs of a
   claim from its drivers' edits, ``spec_errors`` checks a spec against the CDI 0.5.0
   schema (exosuit/schemas/cdi-spec-0.5.0.json), which the writer does before writing;
-* files: ``SpecDirectory`` writes a spec atomically (``.<name>.tmp`` in the same
-  directory, which CDI never reads, fsync, rename, fsync of the directory) and removes
-  one;
-* the reconciler, ``CdiReconciler``: writes the specs of the claims listed, reports
-  ``written`` or ``failed`` to ``PUT /agent/v1/hosts/{hostname}/claims/{claim_uuid}``,
-  rewrites a file that went missing or changed (``/var/run/cdi`` is emptied by a
-  reboot), and removes the files of claims no longer listed. Only files it wrote are
-  removed: their names are recorded in the agent cache before they are written. The
-  outcome stays in the cache until the API acknowledges it (200; 404: the claim is
-  unknown or released, and its files are removed at once). Nothing here waits: the
-  agent loop does.
+* files: ``SpecDirectory`` writes a spec atomically (exosuit/files.py: ``.<name>.tmp``
+  in the same directory, which CDI never reads, fsync, rename, fsync of the directory)
+  and removes one;
+* the reconciler, ``CdiReconciler`` (the base: agent/reconciler.py): writes the specs
+  of the claims listed, reports ``written`` or ``failed`` to
+  ``PUT /agent/v1/hosts/{hostname}/claims/{claim_uuid}``, rewrites a file that went
+  missing or changed (``/var/run/cdi`` is emptied by a reboot), and removes the files of
+  claims no longer listed. Only files it wrote are removed: their names are recorded in
+  the agent cache before they are written. The outcome stays in the cache, sent again
+  with backoff, until the API acknowledges it (200; 404: the claim is unknown or
+  released, and its files are removed at once). Nothing here waits: the agent loop does.
 """
 
 from __future__ import annotations
@@ -45,10 +45,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from exosuit import schemas
+from exosuit import files, schemas
 from exosuit.agent.cache import AgentCache, AgentState, ContainerSpecs
 from exosuit.agent.plugins import DriverSet
-from exosuit.agent.reporter import Session, put_outcome
+from exosuit.agent.reconciler import MAX_REASON, KeepRecord, Reconciler
+from exosuit.agent.reporter import Response, Session
 from exosuit.drivers.base import AttachHandle, ContainerDevice, ContainerEdits, Device, Driver
 
 LOG = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ VENDOR = "exosuit.dev"
 CDI_VERSION = "0.5.0"
 DEFAULT_SPEC_DIR = "/var/run/cdi"
 SCHEMA_FILE = os.path.join(os.path.dirname(schemas.__file__), "cdi-spec-0.5.0.json")
-MAX_REASON = 4096
+_NEVER = object()  # a generation no desired state has
 
 # A class as CDI 0.5.0 takes it (no '.': that needs 0.6.0), lower case as the server
 # derives it from the device type.
@@ -281,28 +282,13 @@ class SpecDirectory:
         return os.path.join(self.path, name)
 
     def write(self, name: str, data: bytes) -> None:
-        """Write ``data`` as ``name``: ``.<name>.tmp`` (CDI reads neither hidden nor
-        ``.tmp`` files), fsync, rename over ``name``, fsync of the directory. A reader
-        sees the old file or the new one, never part of one."""
+        """Write ``data`` as ``name`` (exosuit/files.py): ``.<name>.tmp`` (CDI reads
+        neither hidden nor ``.tmp`` files; the next write replaces what a crash left),
+        fsync, rename over ``name``, fsync of the directory. A reader sees the old file
+        or the new one, never part of one."""
         path = self._own(name)
         os.makedirs(self.path, mode=0o755, exist_ok=True)
-        temp = os.path.join(self.path, f".{name}.tmp")
-        try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(temp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-            raise
-        dir_fd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        files.atomic_write(path, data, permissions=0o644, temporary=f".{name}.tmp")
 
     def read(self, name: str) -> bytes | None:
         try:
@@ -326,12 +312,19 @@ class _Failed(Exception):
     """The claim's specs cannot be written: the message is the reason reported."""
 
 
-class CdiReconciler:
-    """Writes the CDI specs of this host's desired ``containers`` and reports them.
+class CdiReconciler(Reconciler[ContainerClaim, ContainerSpecs]):
+    """Writes the CDI specs of this host's desired ``containers`` and reports them (the
+    base: agent/reconciler.py).
 
-    ``step(state)`` is called by the agent loop; it never waits, and returns True when
-    it wrote or removed a spec file.
+    ``step(state)`` returns True when it wrote or removed a spec file; a spec changes no
+    device, so the agent loop reports nothing for it.
     """
+
+    section = "containers"
+    path = "claims"
+    noun = "a container entry"
+    subject = "claim {key}"
+    changes_devices = False
 
     def __init__(
         self,
@@ -341,81 +334,74 @@ class CdiReconciler:
         endpoint: str,
         cache: AgentCache,
         spec_dir: str,
-        *,
-        timeout: float = 30.0,
+        **options: Any,
     ) -> None:
-        self.hostname = hostname
-        self.plugins = plugins
-        self.session = session
-        self.endpoint = endpoint.rstrip("/")
-        self.cache = cache
+        super().__init__(hostname, plugins, session, endpoint, cache, **options)
         self.directory = SpecDirectory(spec_dir)
-        self.timeout = timeout
-        self._malformed: set[str] = set()  # entries logged as malformed (said once)
         # claim → the desired-state generation its specs were last written at (this
         # process): a failure is tried again at a new generation, or after a restart
         self._tried: dict[str, object] = {}
+        self._generation: object = None  # the desired state's, at this step
+        self._discovered: dict[str, list[Device]] = {}  # one discovery per driver per step
 
     def step(self, state: AgentState) -> bool:
         """Send the outcomes not acknowledged yet; write the specs of the claims listed
         that have none (or whose entry changed, or whose files went missing or
         changed); remove the files of the claims no longer listed."""
-        for claim_uuid, specs in list(state.containers.items()):
-            if not specs["acknowledged"]:
-                self._deliver(state, claim_uuid, specs)
-        entries = state.desired_state.get("containers")
-        if not isinstance(entries, list):
-            return False  # an API that sends no containers (an older one) changes nothing
-        generation = state.desired_state.get("generation")
-        listed: dict[str, ContainerClaim] = {}
-        for item in entries:
-            parsed = self._parse(item)
-            if parsed is not None:
-                listed[parsed.claim] = parsed
-        changed = False
-        discovered: dict[str, list[Device]] = {}  # one discovery per driver per step
-        for entry in listed.values():
-            if not self._due(state.containers.get(entry.claim), entry, generation):
-                continue
-            self._write(state, entry, discovered)
-            self._tried[entry.claim] = generation
-            changed = True
-        for claim_uuid in [c for c in state.containers if c not in listed]:
-            if not self._remove(claim_uuid, state.containers[claim_uuid]):
-                continue  # kept, to be removed at the next step
-            del state.containers[claim_uuid]
-            self._tried.pop(claim_uuid, None)
-            LOG.info("claim %s: no longer in the desired state: its CDI specs removed", claim_uuid)
-            self.cache.save(state)
-            changed = True
-        return changed
+        self._generation = state.desired_state.get("generation")
+        self._discovered = {}
+        return super().step(state)
 
-    def _parse(self, item: Any) -> ContainerClaim | None:
-        try:
-            return parse_claim(item)
-        except ValueError as error:
-            text = f"{error}: {repr(item)[:300]}"
-            if text not in self._malformed:
-                self._malformed.add(text)
-                LOG.error(
-                    "the desired state has a container entry this agent cannot read: %s", text
-                )
-            return None
+    def parse(self, item: Any) -> tuple[str, ContainerClaim]:
+        claim = parse_claim(item)
+        return claim.claim, claim
 
-    def _due(self, specs: ContainerSpecs | None, claim: ContainerClaim, generation: object) -> bool:
-        """Whether the claim's specs are to be written (again): none yet, or an entry
-        that changed, or a write a crash interrupted; files that went missing or changed
-        (a reboot empties /var/run/cdi); a failure, once per generation and process."""
-        if specs is None or specs["digest"] != claim.digest or specs["state"] == "pending":
-            return True
-        if specs["state"] == "written":
-            if self._intact(specs):
-                return False
-            LOG.warning("claim %s: a CDI spec file went missing or changed", claim.claim)
-            return True
-        if specs["state"] == "failed":
-            return claim.claim not in self._tried or self._tried[claim.claim] != generation
-        return False  # gone: the API no longer knows it
+    def records(self, state: AgentState) -> dict[str, ContainerSpecs]:
+        return state.containers
+
+    def settled(self, record: ContainerSpecs, item: ContainerClaim) -> bool:
+        """Whether the claim's specs are as its entry asks: written for this entry and
+        intact (a reboot empties /var/run/cdi; a file that went missing or changed is
+        written again), or failed and tried at this generation by this process (a
+        failure is tried again at a new generation, or after a restart), or gone (the
+        API no longer knows the claim). A write a crash interrupted is not."""
+        if record["digest"] != item.digest or record["state"] == "pending":
+            return False
+        if record["state"] == "written":
+            if self._intact(record):
+                return True
+            self.log.warning("claim %s: a CDI spec file went missing or changed", item.claim)
+            return False
+        if record["state"] == "failed":
+            return self._tried.get(item.claim, _NEVER) == self._generation
+        return True  # gone: the API no longer knows it
+
+    def outgoing(self, record: ContainerSpecs) -> Mapping[str, Any] | None:
+        return None if record["state"] == "pending" else record["report"]
+
+    def answered(
+        self, state: AgentState, key: str, record: ContainerSpecs, response: Response
+    ) -> None:
+        # A report the API rejects (400, 409) will not be accepted later either.
+        if response.status_code == 404:
+            self.log.info(
+                "claim %s: the API does not know it (released): its CDI specs removed", key
+            )
+            if self._remove(key, record):
+                record["files"] = {}
+            record["state"] = "gone"
+        else:
+            super().answered(state, key, record, response)
+
+    def stale(self, record: ContainerSpecs, item: ContainerClaim | None) -> bool:
+        return item is None  # acknowledged or not: the claim is gone
+
+    def drop(self, state: AgentState, key: str, record: ContainerSpecs) -> bool:
+        if not self._remove(key, record):
+            raise KeepRecord  # removed at the next step
+        self._tried.pop(key, None)
+        self.log.info("claim %s: no longer in the desired state: its CDI specs removed", key)
+        return True
 
     def _intact(self, specs: ContainerSpecs) -> bool:
         """Whether every file written for the claim is there, as written."""
@@ -427,55 +413,50 @@ class CdiReconciler:
 
     # -- one claim ---------------------------------------------------------------------
 
-    def _write(
-        self, state: AgentState, claim: ContainerClaim, discovered: dict[str, list[Device]]
-    ) -> None:
-        names = list(dict.fromkeys(spec_file_name(d.cdi_class, claim.claim) for d in claim.devices))
-        previous = state.containers.get(claim.claim)
+    def run(self, state: AgentState, key: str, item: ContainerClaim) -> bool:
+        names = list(dict.fromkeys(spec_file_name(d.cdi_class, key) for d in item.devices))
+        previous = state.containers.get(key)
         # The names are ours before any file exists: a crash after the write leaves no
         # file this agent would not know to remove.
         files: dict[str, str | None] = {name: None for name in names}
         if previous is not None:
             files = {**previous["files"], **files}
         specs: ContainerSpecs = {
-            "digest": claim.digest,
+            "digest": item.digest,
             "files": files,
             "state": "pending",
             "report": previous["report"] if previous else None,
             "acknowledged": previous["acknowledged"] if previous else False,
         }
-        state.containers[claim.claim] = specs
-        self.cache.save(state)
+        self.remember(state, key, specs)
         try:
-            written = self._write_files(claim, discovered)
-            report = {
+            written = self._write_files(item)
+            report: dict[str, Any] = {
                 "cdi": "written",
                 "reason": None,
-                "devices": [cdi_device_id(d.cdi_class, d.name) for d in claim.devices],
+                "devices": [cdi_device_id(d.cdi_class, d.name) for d in item.devices],
             }
-            LOG.info("claim %s: CDI specs written: %s", claim.claim, ", ".join(sorted(written)))
+            self.log.info("claim %s: CDI specs written: %s", key, ", ".join(sorted(written)))
         except _Failed as failure:
             written = {}
             reason = str(failure)[:MAX_REASON]
             report = {"cdi": "failed", "reason": reason, "devices": []}
-            LOG.error("claim %s: no CDI spec written: %s", claim.claim, reason)
+            self.log.error("claim %s: no CDI spec written: %s", key, reason)
         kept: dict[str, str | None] = dict(written)
         stale = {name: specs["files"][name] for name in set(specs["files"]) - set(written)}
-        if not self._remove(claim.claim, {**specs, "files": stale}):
+        if not self._remove(key, {**specs, "files": stale}):
             kept.update(stale)  # still ours: removed when the claim goes
         specs["files"] = dict(sorted(kept.items()))
         specs["state"] = str(report["cdi"])
         if specs["report"] != report:
             specs["report"], specs["acknowledged"] = report, False
-        self.cache.save(state)
-        if not specs["acknowledged"]:
-            self._deliver(state, claim.claim, specs)
+        self.finish(state, key, specs)
+        self._tried[key] = self._generation
+        return True
 
-    def _write_files(
-        self, claim: ContainerClaim, discovered: dict[str, list[Device]]
-    ) -> dict[str, str]:
+    def _write_files(self, claim: ContainerClaim) -> dict[str, str]:
         """Build, check and write the claim's specs: file name → SHA-256 written."""
-        edits = [self._edits(device, discovered) for device in claim.devices]
+        edits = [self._edits(device) for device in claim.devices]
         specs = build_specs(claim, edits)
         for name, spec in specs.items():
             errors = spec_errors(spec)
@@ -493,8 +474,8 @@ class CdiReconciler:
             written[name] = _sha256(data)
         return written
 
-    def _edits(self, device: ClaimDevice, discovered: dict[str, list[Device]]) -> ContainerEdits:
-        found = self._find(device, discovered)
+    def _edits(self, device: ClaimDevice) -> ContainerEdits:
+        found = self._find(device)
         if found is None:
             raise _Failed(f"device {_where(device)} is not found on host {self.hostname}")
         driver, host_device = found
@@ -508,12 +489,11 @@ class CdiReconciler:
             )
             raise _Failed(f"{driver.name}: {message}") from error
 
-    def _find(
-        self, device: ClaimDevice, discovered: dict[str, list[Device]]
-    ) -> tuple[Driver, Device] | None:
+    def _find(self, device: ClaimDevice) -> tuple[Driver, Device] | None:
         """The driver and device the entry names, as discovered now: the device found by
         the driver it names, else by the first driver that finds it."""
         identity = schemas.device_identity(device.controlpath_id)
+        discovered = self._discovered
         first: tuple[Driver, Device] | None = None
         for driver in self.plugins.drivers:
             if driver.name not in discovered:
@@ -539,36 +519,6 @@ class CdiReconciler:
                 LOG.warning("claim %s: cannot remove the CDI spec %s: %s", claim, name, error)
                 removed = False
         return removed
-
-    # -- reports -----------------------------------------------------------------------
-
-    def _deliver(self, state: AgentState, claim: str, specs: ContainerSpecs) -> None:
-        if specs["report"] is None or specs["state"] == "pending":
-            return
-        url = f"{self.endpoint}/agent/v1/hosts/{self.hostname}/claims/{claim}"
-        what = f"claim {claim}: the CDI outcome"
-        response = put_outcome(
-            self.session, url, dict(specs["report"]), timeout=self.timeout, what=what
-        )
-        if response is None:
-            return
-        status = response.status_code
-        if status == 404:
-            LOG.info("claim %s: the API does not know it (released): its CDI specs removed", claim)
-            if self._remove(claim, specs):
-                specs["files"] = {}
-            specs["state"] = "gone"
-        elif status not in (200, 204):
-            # A report the API rejects (400, 409) will not be accepted later either.
-            LOG.error(
-                "claim %s: the API rejected %s: %s %s",
-                claim,
-                specs["report"],
-                status,
-                response.text[:200],
-            )
-        specs["acknowledged"] = True
-        self.cache.save(state)
 
 
 def _where(device: ClaimDevice) -> str:

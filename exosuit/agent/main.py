@@ -6,19 +6,24 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from oslo_config import cfg
 
+from exosuit.agent.activations import ActivationReconciler
 from exosuit.agent.cache import AgentCache, CacheLocked, CacheTooNew
 from exosuit.agent.cdi import CdiReconciler
 from exosuit.agent.clock import Clock, SystemClock
 from exosuit.agent.events import UeventWatcher
 from exosuit.agent.http import PlainSession
+from exosuit.agent.partitions import PartitionReconciler
 from exosuit.agent.plugins import DriverSet
 from exosuit.agent.programs import ProgramReconciler, ProgramSession
+from exosuit.agent.reconciler import Reconciler
 from exosuit.agent.reporter import Reporter
 from exosuit.agent.service import Agent
+from exosuit.agent.slices import SliceReconciler
 from exosuit.backoff import backoff_delay
 from exosuit.drivers.base import Driver
 from exosuit.images.store import ContentStore
@@ -28,7 +33,14 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["build_agent", "build_programs", "load_drivers", "make_session", "run_agent"]
+__all__ = [
+    "build_agent",
+    "build_programs",
+    "build_reconcilers",
+    "load_drivers",
+    "make_session",
+    "run_agent",
+]
 
 GROUP = "agent"
 
@@ -157,25 +169,43 @@ def build_agent(
         removal_grace=conf.agent.removal_grace,
         max_backoff=conf.agent.max_backoff,
         clock=clock,
-        programs=build_programs(
-            conf, hostname, plugins.drivers, session, reporter.endpoint, cache, clock
-        ),
-        cdi=CdiReconciler(
-            hostname,
-            plugins,
-            session,
-            reporter.endpoint,
-            cache,
-            conf.cdi.spec_dir,
-            timeout=conf.agent.timeout,
+        reconcilers=build_reconcilers(
+            conf, hostname, plugins, session, reporter.endpoint, cache, clock
         ),
     )
+
+
+def build_reconcilers(
+    conf: cfg.ConfigOpts,
+    hostname: str,
+    plugins: DriverSet,
+    session: ProgramSession,
+    endpoint: str,
+    cache: AgentCache,
+    clock: Clock,
+) -> list[Reconciler[Any, Any]]:
+    """The host work of an agent, in the order its loop runs it: the programs (which
+    poll the desired state), the install and uninstall steps, the partition layouts, the
+    on-demand slices, the CDI specs of containers (into ``[cdi] spec_dir``). Each
+    outcome not taken is sent again with backoff up to ``[agent] max_backoff``."""
+    options: dict[str, Any] = {
+        "timeout": conf.agent.timeout,
+        "clock": clock,
+        "max_backoff": conf.agent.max_backoff,
+    }
+    return [
+        build_programs(conf, hostname, plugins, session, endpoint, cache, clock),
+        ActivationReconciler(hostname, plugins, session, endpoint, cache, **options),
+        PartitionReconciler(hostname, plugins, session, endpoint, cache, **options),
+        SliceReconciler(hostname, plugins, session, endpoint, **options),
+        CdiReconciler(hostname, plugins, session, endpoint, cache, conf.cdi.spec_dir, **options),
+    ]
 
 
 def build_programs(
     conf: cfg.ConfigOpts,
     hostname: str,
-    drivers: list[Driver],
+    drivers: Sequence[Driver] | DriverSet,
     session: ProgramSession,
     endpoint: str,
     cache: AgentCache,
@@ -196,6 +226,7 @@ def build_programs(
         clock=clock,
         interval=conf.agent.desired_state_interval,
         timeout=conf.agent.timeout,
+        max_backoff=conf.agent.max_backoff,
     )
 
 
@@ -219,8 +250,11 @@ def run_agent(conf: cfg.ConfigOpts) -> int:
         agent.reporter.url,
         agent.interval,
         agent.cache.path,
-        agent.programs.interval if agent.programs else 0,
-        agent.cdi.directory.path if agent.cdi else "(none)",
+        next((r.interval for r in agent.reconcilers if isinstance(r, ProgramReconciler)), 0),
+        next(
+            (r.directory.path for r in agent.reconcilers if isinstance(r, CdiReconciler)),
+            "(none)",
+        ),
     )
     metrics = None
     if conf.agent.metrics_port:

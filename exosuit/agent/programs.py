@@ -20,7 +20,8 @@ comes with every inventory response and from ``GET
    null when there was nothing to restore).
 
 Then the agent reports its inventory at once (the loaded function's traits). The final
-report is kept in the agent cache until the API acknowledges it, so a restart neither
+report is kept in the agent cache and sent again, with backoff, until the API
+acknowledges it (the base of every reconciler: agent/reconciler.py), so a restart neither
 loads an image twice nor loses the outcome. An unreachable API costs nothing: the step
 is tried again at the next poll (a download resumes where it stopped). Nothing here
 waits: the agent loop (agent/service.py) does every wait, through its clock.
@@ -37,7 +38,9 @@ from exosuit import schemas
 from exosuit.agent.cache import AgentCache, AgentState, FinishedProgram
 from exosuit.agent.clock import Clock
 from exosuit.agent.http import transport_errors
-from exosuit.agent.reporter import Response
+from exosuit.agent.plugins import DriverSet
+from exosuit.agent.reconciler import Reconciler
+from exosuit.agent.reporter import Response, Session
 from exosuit.drivers.base import (
     PROGRAM_FORMATS,
     Deployable,
@@ -75,12 +78,9 @@ class DataResponse(Response, Protocol):
     def close(self) -> None: ...
 
 
-class ProgramSession(Protocol):
-    """The part of a keystoneauth1 session the reconciler uses
-    (exosuit.agent.transport.WsgiSession is another)."""
-
-    @property
-    def auth(self) -> object: ...
+class ProgramSession(Session, Protocol):
+    """The part of a keystoneauth1 session the reconciler uses: the reporter's ``put``,
+    and ``get`` (exosuit.agent.transport.WsgiSession is another)."""
 
     def get(
         self,
@@ -92,16 +92,6 @@ class ProgramSession(Protocol):
         authenticated: bool,
         stream: bool,
     ) -> DataResponse: ...
-
-    def put(
-        self,
-        url: str,
-        *,
-        json: dict[str, Any],
-        raise_exc: bool,
-        timeout: float,
-        authenticated: bool,
-    ) -> Response: ...
 
 
 class _Unreachable(Exception):
@@ -128,17 +118,26 @@ class _Target:
     deployable: Deployable
 
 
-class ProgramReconciler:
-    """Runs the programs of this host's desired state (one at a time, to their end).
+class ProgramReconciler(Reconciler[Mapping[str, Any], FinishedProgram]):
+    """Runs the programs of this host's desired state, one at a time, each to its end
+    (the base: agent/reconciler.py), and polls the desired state every ``interval``.
 
     ``step(state)`` is called by the agent loop; it never waits, and returns True when
     a device was programmed (or restored): the loop then reports the inventory at once.
+    ``drivers``: a ``DriverSet`` (the agent's: overrides that rebuild a driver reach the
+    programs too), or the drivers themselves.
     """
+
+    section = "programs"
+    path = "programs"
+    noun = "a program"
+    subject = "program {key}"
+    session: ProgramSession
 
     def __init__(
         self,
         hostname: str,
-        drivers: Sequence[Driver],
+        drivers: Sequence[Driver] | DriverSet,
         session: ProgramSession,
         endpoint: str,
         store: ContentStore,
@@ -147,19 +146,25 @@ class ProgramReconciler:
         clock: Clock,
         interval: float = 5.0,
         timeout: float = 30.0,
+        **options: Any,
     ) -> None:
-        self.hostname = hostname
-        self.drivers = list(drivers)
-        self.session = session
-        self.endpoint = endpoint.rstrip("/")
+        plugins = drivers if isinstance(drivers, DriverSet) else DriverSet.fixed(drivers)
+        super().__init__(
+            hostname, plugins, session, endpoint, cache, timeout=timeout, clock=clock, **options
+        )
         self.store = store
-        self.cache = cache
-        self.clock = clock
         self.interval = interval
-        self.timeout = timeout
         self.url = f"{self.endpoint}/agent/v1/hosts/{hostname}/desired_state"
         self.next_poll = float("-inf")  # the first step polls
         self._poll_problem: str | None = None  # logged once per change
+
+    @property
+    def drivers(self) -> list[Driver]:
+        """The drivers running now."""
+        return self.plugins.drivers
+
+    def wake_at(self) -> float | None:
+        return self.next_poll
 
     # -- the step the agent loop calls -------------------------------------------------
 
@@ -171,6 +176,33 @@ class ProgramReconciler:
             if not self.poll(state):
                 return False  # the API is unreachable: nothing can be fetched or reported
         return self.reconcile(state)
+
+    def reconcile(self, state: AgentState) -> bool:
+        """Run (or finish reporting) every program of ``state.desired_state``."""
+        return super().step(state)
+
+    def parse(self, item: Any) -> tuple[str, Mapping[str, Any]]:
+        if not (
+            isinstance(item, Mapping)
+            and isinstance(item.get("uuid"), str)
+            and isinstance(item.get("image"), Mapping)
+        ):
+            raise ValueError("")
+        return item["uuid"], item
+
+    def records(self, state: AgentState) -> dict[str, FinishedProgram]:
+        return state.programs
+
+    def answered(
+        self, state: AgentState, key: str, record: FinishedProgram, response: Response
+    ) -> None:
+        status = response.status_code
+        if status == 404:
+            self.log.info("program %s: the API does not know it on this host (404)", key)
+        elif status == 409:
+            self.log.info("program %s: it already ended (%s)", key, response.text[:200])
+        else:
+            super().answered(state, key, record, response)
 
     def poll(self, state: AgentState) -> bool:
         """``GET …/desired_state`` (304 while its generation is the one held); False when
@@ -202,7 +234,7 @@ class ProgramReconciler:
             if isinstance(desired, dict) and "generation" in desired:
                 if desired != state.desired_state:
                     state.desired_state = desired
-                    self.cache.save(state)
+                    self.save(state)
             return True
         if status == 404:
             # An API without the endpoint: the inventory responses still carry the state.
@@ -211,33 +243,10 @@ class ProgramReconciler:
         self._poll_status(f"desired state: {status} {response.text[:200]}")
         return status < 500 and status not in (401, 403, 408, 429)
 
-    def reconcile(self, state: AgentState) -> bool:
-        """Run (or finish reporting) every program of ``state.desired_state``."""
-        changed = False
-        listed = set()
-        for program in state.desired_state.get("programs") or []:
-            uuid = program.get("uuid")
-            if not isinstance(uuid, str):
-                continue
-            listed.add(uuid)
-            finished = state.programs.get(uuid)
-            if finished is None:
-                changed |= self._run(state, program)
-            elif not finished["acknowledged"]:
-                self._deliver(state, uuid, finished)
-        # What the API acknowledged and no longer asks for is forgotten.
-        stale = [u for u, f in state.programs.items() if f["acknowledged"] and u not in listed]
-        for uuid in stale:
-            del state.programs[uuid]
-        if stale:
-            self.cache.save(state)
-        return changed
-
     # -- one program ---------------------------------------------------------------------
 
-    def _run(self, state: AgentState, program: Mapping[str, Any]) -> bool:
+    def run(self, state: AgentState, uuid: str, program: Mapping[str, Any]) -> bool:
         """Take one program to its end (or to the next poll, when the API is away)."""
-        uuid: str = program["uuid"]
         image: Mapping[str, Any] = program["image"]
         previous: Mapping[str, Any] | None = program.get("previous_image")
         pins: list[str] = []
@@ -278,8 +287,7 @@ class ProgramReconciler:
             return touched
         except _Gone as error:
             LOG.warning("program %s: %s; leaving it", uuid, error)
-            state.programs[uuid] = {"report": {"state": "abandoned"}, "acknowledged": True}
-            self.cache.save(state)
+            self.remember(state, uuid, {"report": {"state": "abandoned"}, "acknowledged": True})
             return touched
         except _Failure as failure:
             restored = None
@@ -508,24 +516,13 @@ class ProgramReconciler:
         else:
             report["restored"] = restored
             LOG.error("program %s failed: %s (restored: %s)", uuid, reason, restored)
-        finished: FinishedProgram = {"report": report, "acknowledged": False}
-        state.programs[uuid] = finished
-        self.cache.save(state)
-        self._deliver(state, uuid, finished)
+        self.finish(state, uuid, {"report": report, "acknowledged": False})
         return (outcome == "done" and reason is None) if changed is None else changed
 
-    def _deliver(self, state: AgentState, uuid: str, finished: FinishedProgram) -> None:
-        try:
-            self._put(uuid, finished["report"])
-        except _Unreachable as error:
-            LOG.warning("program %s: its end is not reported yet (%s); will retry", uuid, error)
-            return
-        except _Gone as error:
-            LOG.info("program %s: %s", uuid, error)
-        finished["acknowledged"] = True
-        self.cache.save(state)
-
     def _put(self, uuid: str, body: dict[str, Any]) -> None:
+        """Report a step's progress (not retried: only the end must arrive, and the base
+        sends that). _Unreachable when the API did not take it, _Gone when it says the
+        program no longer concerns this agent."""
         url = f"{self.endpoint}/agent/v1/hosts/{self.hostname}/programs/{uuid}"
         try:
             response = self.session.put(

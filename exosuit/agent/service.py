@@ -7,19 +7,21 @@ jittered so a fleet that boots together does not arrive together; ``429`` +
 ``Retry-After`` is honoured; while the API is unreachable the agent backs off
 exponentially with jitter and logs once when that starts and once when it ends.
 
-Between reports, when given a program reconciler (agent/programs.py), the loop looks
-at the host's desired state every ``desired_state_interval`` and runs the programs it
-names; a device that was programmed is reported at once, so its new traits reach the
-API without waiting for the interval. From the same desired state it applies the
-operator's driver overrides (agent/plugins.py: drivers enabled, disabled or reconfigured
-without a restart), discovers again when asked to ("discover now": after a random delay
-within the ``spread`` the desired state gives), and runs the install and uninstall steps
-of devices being activated (agent/activations.py), applies the partition layouts it
-lists (agent/partitions.py), makes and removes the on-demand slices of its binds
-(agent/slices.py), and writes the CDI spec files of the claims it hands to containers
-(agent/cdi.py). Each report carries the generation
-applied (``observed_generation``) and the drivers' live figures (``usage``), both
-outside the snapshot's hash.
+Between reports the loop gives each of its reconcilers (agent/reconciler.py, the one
+base they share) a step: each reads one list of the host's desired state, does the work
+it asks once, and reports the outcome until the API has it. In the order the agent is
+given them (exosuit/agent/main.py, ``build_reconcilers``): the programs to load, which
+also poll the desired state every ``desired_state_interval`` (agent/programs.py), the
+install and uninstall steps of devices being activated (agent/activations.py), the
+partition layouts (agent/partitions.py), the on-demand slices of binds
+(agent/slices.py) and the CDI spec files of the claims handed to containers
+(agent/cdi.py). A step that changed a device is followed by a report at once, so new
+traits or slices reach the API without waiting for the interval. Before each step the
+loop applies the desired state itself: the operator's driver overrides (agent/plugins.py:
+drivers enabled, disabled or reconfigured without a restart), and a discovery asked for
+("discover now": after a random delay within the ``spread`` the desired state gives).
+Each report carries the generation applied (``observed_generation``) and the drivers'
+live figures (``usage``), both outside the snapshot's hash.
 """
 
 from __future__ import annotations
@@ -30,16 +32,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from exosuit.agent.activations import ActivationReconciler
 from exosuit.agent.cache import AgentCache, AgentState
-from exosuit.agent.cdi import CdiReconciler
 from exosuit.agent.clock import Clock, SystemClock
 from exosuit.agent.grace import apply_removal_grace
-from exosuit.agent.partitions import PartitionReconciler
 from exosuit.agent.plugins import DriverSet
-from exosuit.agent.programs import ProgramReconciler
+from exosuit.agent.reconciler import Reconciler
 from exosuit.agent.reporter import Reporter, ReportOutcome
-from exosuit.agent.slices import SliceReconciler
 from exosuit.agent.snapshot import discover, make_snapshot
 from exosuit.backoff import backoff_delay
 from exosuit.drivers.base import Driver
@@ -58,13 +56,9 @@ class Agent:
     desired state's overrides reconfigure, or driver objects); ``clock`` (default: the
     real one) is what every wait and every timestamp goes through; ``rng`` is the
     random source of the jitter, the backoff and the delay of a discovery asked for;
-    ``programs``: the reconciler of the desired state's programs (None: none run, and
-    the desired state is read only from the inventory answers); ``activations``: the
-    reconciler of its install and uninstall steps (default: one reporting through
-    ``reporter``'s session); ``partitions``: that of its partition layouts (the same
-    default); ``slices``: the maker of its on-demand slices (the same default); ``cdi``:
-    the writer of its containers' CDI specs (None:
-    none written)."""
+    ``reconcilers``: the host work it does between reports, in order (none: it only
+    reports, and reads the desired state only from the inventory answers; a reconciler
+    that polls it, the programs', comes first)."""
 
     def __init__(
         self,
@@ -80,11 +74,7 @@ class Agent:
         backoff_base: float = 1.0,
         clock: Clock | None = None,
         rng: random.Random | None = None,
-        programs: ProgramReconciler | None = None,
-        activations: ActivationReconciler | None = None,
-        cdi: CdiReconciler | None = None,
-        partitions: PartitionReconciler | None = None,
-        slices: SliceReconciler | None = None,
+        reconcilers: Sequence[Reconciler[Any, Any]] = (),
     ) -> None:
         self.hostname = hostname
         self.plugins = drivers if isinstance(drivers, DriverSet) else DriverSet.fixed(drivers)
@@ -97,43 +87,7 @@ class Agent:
         self.backoff_base = backoff_base
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.rng = rng if rng is not None else random.Random()
-        self.programs = programs
-        self.activations = (
-            activations
-            if activations is not None
-            else ActivationReconciler(
-                hostname,
-                self.plugins,
-                reporter.session,
-                reporter.endpoint,
-                cache,
-                timeout=reporter.timeout,
-            )
-        )
-        self.cdi = cdi
-        self.partitions = (
-            partitions
-            if partitions is not None
-            else PartitionReconciler(
-                hostname,
-                self.plugins,
-                reporter.session,
-                reporter.endpoint,
-                cache,
-                timeout=reporter.timeout,
-            )
-        )
-        self.slices = (
-            slices
-            if slices is not None
-            else SliceReconciler(
-                hostname,
-                self.plugins,
-                reporter.session,
-                reporter.endpoint,
-                timeout=reporter.timeout,
-            )
-        )
+        self.reconcilers: list[Reconciler[Any, Any]] = list(reconcilers)
         self.state: AgentState = cache.load()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -189,8 +143,6 @@ class Agent:
             self._applied = generation
             overrides = desired.get("drivers") or {}
             reloaded = self.plugins.apply(overrides)
-            if reloaded and self.programs is not None:
-                self.programs.drivers = self.plugins.drivers
             self._urgent = reloaded or bool(overrides) or overrides != self._overrides
             self._overrides = overrides
             self._discovery_due = None
@@ -315,34 +267,38 @@ class Agent:
             self._between_reports(self.clock.now() + self.interval)
 
     def _between_reports(self, due: float) -> None:
-        """Until the next report is ``due`` (or a wake-up): run the desired state's
-        programs, polling it every ``programs.interval``, apply its drivers and
-        discovery, run its install steps, write its containers' CDI specs. Returns
-        early, for a report at once, when a program or an install step changed a device,
-        or a generation was applied (a CDI spec changes no device: no report)."""
+        """Until the next report is ``due`` (or a wake-up): reconcile (``_reconcile``),
+        then wait until the next report, the next step a reconciler wants (the programs'
+        poll of the desired state) or the discovery asked for, whichever comes first.
+        Returns early, for a report at once, when ``_reconcile`` says one is due."""
         while not self._stop.is_set():
-            if self.programs is not None and self.programs.step(self.state):
+            if self._reconcile():
                 return
-            if self.apply_desired_state():
-                return
-            if self.activations.step(self.state):
-                return
-            if self.partitions.step(self.state):
-                return
-            if self.slices.step(self.state):
-                return
-            if self.cdi is not None:
-                self.cdi.step(self.state)
             now = self.clock.now()
             remaining = due - now
             if remaining <= 0:
                 return
-            if self.programs is not None:
-                remaining = min(remaining, max(0.0, self.programs.next_poll - now))
+            for reconciler in self.reconcilers:
+                wake = reconciler.wake_at()
+                if wake is not None:
+                    remaining = min(remaining, max(0.0, wake - now))
             if self._discovery_due is not None:
                 remaining = min(remaining, max(0.0, self._discovery_due - now))
             if self._wait(remaining):
                 return
+
+    def _reconcile(self) -> bool:
+        """Give each reconciler its step, the desired state applied before each (and
+        after the last): a step may fetch a newer one (the programs' poll), and every
+        reconciler works with the drivers it says. True when a report is due at once: a
+        generation applied asks for one, or a step changed a device (a CDI spec changes
+        none)."""
+        for reconciler in self.reconcilers:
+            if self.apply_desired_state():
+                return True
+            if reconciler.step(self.state) and reconciler.changes_devices:
+                return True
+        return self.apply_desired_state()
 
 
 def _newer(asked: object, observed: int | None, generation: int) -> bool:

@@ -4,8 +4,8 @@ A device whose partition layout is on demand (``"on_demand": true``; doc/devices
 "Partitions") offers every slice its layout allows, made or not. Its host's desired state
 lists it under ``slices`` (``{"device", "controlpath_id", "driver", "layout", "held":
 [{"arq", "state", "attach_handle": {"type", "info"}}]}``; the wire is doc/agent-api.md)
-with the slices ARQs hold now. At each new desired-state generation, for each device
-listed, the agent:
+with the slices ARQs hold now. For each device listed whose entry it has not reconciled
+yet (or that changed since), the agent:
 
 1. finds the device by its control-path id (the driver the item names first);
 2. removes each of the device's on-demand slices that is made and no longer held
@@ -15,40 +15,64 @@ listed, the agent:
    (``PUT /agent/v1/hosts/{hostname}/accelerator_requests/{arq}``), which ends its bind.
 
 Everything it does follows from the desired state and the driver's idempotent steps, so
-nothing is cached: after a restart, or a report the API did not take, the next step does
-it again (a report is sent again until the API answers it; 404 or 409, the bind is gone:
-its slice is removed once the desired state stops listing it). The agent reports its
-inventory at once after a slice was made or removed.
+nothing is written to the agent cache: its records (agent/reconciler.py, the base) live in
+memory, and after a restart the next step does it all again. A bind's report is sent
+again, with backoff, until the API answers it (404 or 409: the bind is gone, and its slice
+is removed once the desired state stops listing it); a released slice that could not be
+removed is tried again at the next step. The agent reports its inventory at once after a
+slice was made or removed.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from exosuit import schemas
-from exosuit.agent.cache import AgentState
+from exosuit.agent.cache import AgentState, Outcome
 from exosuit.agent.plugins import DriverSet, driver_failure, where
-from exosuit.agent.reporter import Session, put_outcome
+from exosuit.agent.reconciler import MAX_REASON, Reconciler
+from exosuit.agent.reporter import Response, Session
 from exosuit.drivers.base import AttachHandle, OnDemandSlices, PartitionError
-
-LOG = logging.getLogger(__name__)
 
 __all__ = ["SliceReconciler"]
 
 BIND_STARTED = "BindStarted"
-MAX_REASON = 4096
 
 
-class SliceReconciler:
-    """Makes and removes the on-demand slices of this host's desired state.
+class SliceRecord(Outcome):
+    """In memory only: a device's entry done (``digest``: of the entry; no report), or
+    the bind outcome of an ARQ (``digest`` empty) until the API answers it."""
 
-    ``step(state)`` is called by the agent loop; it works once per desired-state
-    generation (again at the next step when something is left to do: a report not
-    taken, a slice that could not be removed), and returns True when a slice was made
-    or removed: the loop then reports the inventory at once.
+    digest: str
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    """A device of the desired state's ``slices``, and the digest of the entry."""
+
+    item: Mapping[str, Any]
+    digest: str
+
+
+class SliceReconciler(Reconciler[_Entry, SliceRecord]):
+    """Makes and removes the on-demand slices of this host's desired state (the base:
+    agent/reconciler.py).
+
+    A device's entry is reconciled once as it is listed (again when it changes, or at
+    the next step when a released slice could not be removed); each bind it ends is an
+    outcome of its own, keyed by the ARQ. The records live in memory: after a restart
+    the desired state alone says what to do. ``step(state)`` returns True when a slice
+    was made or removed: the loop then reports the inventory at once.
     """
+
+    section = "slices"
+    path = "accelerator_requests"
+    noun = "slices"
+    subject = "ARQ {key}"
 
     def __init__(
         self,
@@ -56,128 +80,118 @@ class SliceReconciler:
         plugins: DriverSet,
         session: Session,
         endpoint: str,
-        *,
-        timeout: float = 30.0,
+        **options: Any,
     ) -> None:
-        self.hostname = hostname
-        self.plugins = plugins
-        self.session = session
-        self.endpoint = endpoint.rstrip("/")
-        self.timeout = timeout
-        self._done: int | None = None  # the generation reconciled with nothing left to do
-        self._said: set[str] = set()  # problems logged (each said once)
+        super().__init__(hostname, plugins, session, endpoint, None, **options)
+        self._records: dict[str, SliceRecord] = {}
 
-    def step(self, state: AgentState) -> bool:
-        desired = state.desired_state
-        generation = desired.get("generation")
-        items = desired.get("slices") or []
-        if not items or generation == self._done:
-            self._done = generation
-            return False
-        changed, settled = False, True
-        for item in items:
-            if not _well_formed(item):
-                self._say(f"the desired state has slices this agent cannot read: {item!r:.300}")
-                continue
-            item_changed, item_settled = self._reconcile(item)
-            changed |= item_changed
-            settled &= item_settled
-        self._done = generation if settled else None
-        return changed
+    def parse(self, item: Any) -> tuple[str, _Entry]:
+        if not _well_formed(item):
+            raise ValueError("")
+        digest = hashlib.sha256(schemas.canonical_json(item).encode()).hexdigest()
+        return item["device"], _Entry(item, digest)
+
+    def records(self, state: AgentState) -> dict[str, SliceRecord]:
+        return self._records
+
+    def settled(self, record: SliceRecord, item: _Entry) -> bool:
+        return record["digest"] == item.digest
+
+    def answered(
+        self, state: AgentState, key: str, record: SliceRecord, response: Response
+    ) -> None:
+        if response.status_code in (404, 409):
+            self.log.info(
+                "ARQ %s: its bind waits no more (%s): its slice goes", key, response.status_code
+            )
+        else:
+            super().answered(state, key, record, response)
 
     # -- one device --------------------------------------------------------------------
 
-    def _reconcile(self, item: Mapping[str, Any]) -> tuple[bool, bool]:
-        """(a slice made or removed, nothing left to do) for one device."""
-        held = [h for h in item["held"] if _held_well_formed(h)]
+    def run(self, state: AgentState, key: str, item: _Entry) -> bool:
+        """Remove the device's released slices, make the held ones, report the binds
+        waiting; the entry is done unless a released slice could not be removed."""
+        entry = item.item
+        held = [h for h in entry["held"] if _held_well_formed(h)]
         waiting = [h for h in held if h.get("state") == BIND_STARTED]
-        found = self.plugins.find(item["controlpath_id"], prefer=item.get("driver"))
+        found = self.plugins.find(entry["controlpath_id"], prefer=entry.get("driver"))
         if found is None:
-            why = f"the device {where(item['controlpath_id'])} is not found on host {self.hostname}"
-            return False, self._fail_all(waiting, why)
+            why = (
+                f"the device {where(entry['controlpath_id'])} is not found on host {self.hostname}"
+            )
+            return self._fail_all(state, key, item, waiting, why)
         driver, device = found
         if not isinstance(driver, OnDemandSlices):
             why = f"the driver {driver.name} cannot make slices on demand"
-            return False, self._fail_all(waiting, why)
+            return self._fail_all(state, key, item, waiting, why)
         keep = {_key(_handle(h)) for h in held}
-        changed, settled = False, True
         try:
             made = {_key(m): m for m in driver.made_slices(device)}
-        except Exception as error:  # a driver's failure: tried again at the next step
-            self._say(f"device {item['device']}: listing its slices failed: {_failure(error)}")
-            return False, self._fail_all(waiting, _failure(error))
-        for key, handle in made.items():
-            if key in keep:
+        except Exception as error:  # a driver's failure is the binds' reason
+            self.say(logging.WARNING, f"device {key}: listing its slices failed: {_failure(error)}")
+            return self._fail_all(state, key, item, waiting, _failure(error))
+        changed, removed_all = False, True
+        for handle_key, handle in made.items():
+            if handle_key in keep:
                 continue
             try:
                 driver.remove_slice(device, handle)
-            except Exception as error:
-                self._say(
-                    f"device {item['device']}: the released slice {_name(handle)} is not "
-                    f"removed: {_failure(error)}"
+            except Exception as error:  # never one in use: tried again at the next step
+                self.say(
+                    logging.WARNING,
+                    f"device {key}: the released slice {_name(handle)} is not removed: "
+                    f"{_failure(error)}",
                 )
-                settled = False
+                removed_all = False
                 continue
-            LOG.info("device %s: slice %s removed (released)", item["device"], _name(handle))
+            self.log.info("device %s: slice %s removed (released)", key, _name(handle))
             changed = True
-        for entry in held:
-            handle = _handle(entry)
+        for held_entry in held:
+            handle = _handle(held_entry)
             reason: str | None = None
             if _key(handle) not in made:
                 try:
                     driver.make_slice(device, handle)
-                    LOG.info(
-                        "device %s: slice %s made for ARQ %s",
-                        item["device"],
-                        _name(handle),
-                        entry["arq"],
+                    self.log.info(
+                        "device %s: slice %s made for ARQ %s", key, _name(handle), held_entry["arq"]
                     )
                     changed = True
                 except Exception as failure:
                     reason = _failure(failure)[:MAX_REASON]
-                    LOG.error(
+                    self.log.error(
                         "device %s: slice %s for ARQ %s not made: %s",
-                        item["device"],
+                        key,
                         _name(handle),
-                        entry["arq"],
+                        held_entry["arq"],
                         reason,
                     )
-            if entry.get("state") == BIND_STARTED:
-                settled &= self._report(entry["arq"], reason)
-        return changed, settled
+            if held_entry.get("state") == BIND_STARTED:
+                self._report(state, held_entry["arq"], reason)
+        if removed_all:
+            self.remember(state, key, {"digest": item.digest, "report": None, "acknowledged": True})
+        return changed
 
-    def _fail_all(self, waiting: list[Mapping[str, Any]], why: str) -> bool:
-        """Report every waiting bind failed with ``why``; whether all were taken."""
-        settled = True
-        for entry in waiting:
-            settled &= self._report(entry["arq"], why)
-        return settled
+    def _fail_all(
+        self,
+        state: AgentState,
+        key: str,
+        item: _Entry,
+        waiting: list[Mapping[str, Any]],
+        why: str,
+    ) -> bool:
+        """Report every waiting bind failed with ``why``; the entry is done."""
+        for held_entry in waiting:
+            self._report(state, held_entry["arq"], why)
+        self.remember(state, key, {"digest": item.digest, "report": None, "acknowledged": True})
+        return False
 
-    # -- reports -----------------------------------------------------------------------
-
-    def _report(self, arq: str, error: str | None) -> bool:
-        """Report the bind of ``arq`` done (``error`` None) or failed; whether the API
-        settled it (False: sent again at the next step)."""
+    def _report(self, state: AgentState, arq: str, error: str | None) -> None:
+        """The bind of ``arq`` done (``error`` None) or failed: its outcome."""
         body: dict[str, Any] = {"result": "done"}
         if error is not None:
             body = {"result": "failed", "reason": error}
-        url = f"{self.endpoint}/agent/v1/hosts/{self.hostname}/accelerator_requests/{arq}"
-        response = put_outcome(
-            self.session, url, body, timeout=self.timeout, what=f"ARQ {arq}: its slice"
-        )
-        if response is None:
-            return False
-        status = response.status_code
-        if status in (404, 409):
-            LOG.info("ARQ %s: its bind waits no more (%s): its slice goes", arq, status)
-        elif status not in (200, 204):
-            LOG.error("ARQ %s: the API rejected %s: %s %s", arq, body, status, response.text[:200])
-        return True
-
-    def _say(self, problem: str) -> None:
-        if problem not in self._said:
-            self._said.add(problem)
-            LOG.warning("%s", problem)
+        self.finish(state, arq, {"digest": "", "report": body, "acknowledged": False})
 
 
 def _well_formed(item: Any) -> bool:

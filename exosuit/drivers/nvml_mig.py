@@ -30,11 +30,11 @@ Two implementations, as for ``Nvml``:
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from typing import Any, Protocol, runtime_checkable
 
 from exosuit.drivers.nvml import RecordedNvml, bus_id_to_address, mig_profile
+from exosuit.files import atomic_write
 
 __all__ = ["MigControl", "MigError", "PynvmlMigControl", "RecordedMigControl"]
 
@@ -122,10 +122,8 @@ class RecordedMigControl:
     def _save(self) -> None:
         if self.path is None:
             return
-        temp = f"{self.path}.new"
-        with open(temp, "w") as f:
-            json.dump(self.nvml.recording, f, indent=1, sort_keys=True)
-        os.replace(temp, self.path)
+        data = json.dumps(self.nvml.recording, indent=1, sort_keys=True)
+        atomic_write(self.path, data, permissions=0o644)
 
 
 class PynvmlMigControl:

@@ -44,13 +44,11 @@ So that ``exosuit serve`` shows the rest of a device's life cycle with no hardwa
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import random
 import re
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -75,6 +73,7 @@ from exosuit.drivers.base import (
 )
 from exosuit.drivers.simulated_partitions import SimulatedPartitions, with_partitions
 from exosuit.drivers.state import read_state, write_state
+from exosuit.files import atomic_write
 
 __all__ = [
     "DEVICE_NODE_DIR",
@@ -376,20 +375,10 @@ class SimulatedDriver(SimulatedPartitions):
     def _write_state(
         self, loaded: dict[str, dict[str, Any]], known: dict[str, dict[str, Any]]
     ) -> None:
-        """Atomically (temporary file, fsync, rename): a crash leaves the old or the new."""
+        """Atomically (exosuit/files.py): a crash leaves the old or the new."""
         assert self.state_dir is not None
-        os.makedirs(self.state_dir, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=".loaded.", dir=self.state_dir)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump({"version": 1, "loaded": loaded, "images": known}, f, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(temp, os.path.join(self.state_dir, STATE_FILE))
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-            raise
+        data = json.dumps({"version": 1, "loaded": loaded, "images": known}, sort_keys=True)
+        atomic_write(os.path.join(self.state_dir, STATE_FILE), data)
 
 
 def function_id_trait(function_id: str) -> str | None:

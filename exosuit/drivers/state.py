@@ -1,17 +1,18 @@
 """A driver's small JSON files in its state folder (``DriverContext.state_dir``): what an
 install step must remember to undo itself after a restart. Not part of the driver SDK.
 
-Files are written atomically (temporary file, fsync, rename): a crash leaves the old or
-the new content, never a torn one. A missing file, or no state folder, reads as {}.
+Files are written atomically (exosuit/files.py: temporary file, fsync, rename, fsync of
+the folder): a crash leaves the old or the new content, never a torn one. A missing
+file, or no state folder, reads as {}.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 from typing import Any
+
+from exosuit.files import atomic_write
 
 __all__ = ["read_state", "write_state"]
 
@@ -32,15 +33,4 @@ def write_state(state_dir: str | None, name: str, data: dict[str, Any]) -> None:
     """Replace ``<state_dir>/<name>`` with ``data``; nothing when there is no folder."""
     if state_dir is None:
         return
-    os.makedirs(state_dir, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{name}.", dir=state_dir)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, os.path.join(state_dir, name))
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
+    atomic_write(os.path.join(state_dir, name), json.dumps(data, sort_keys=True))

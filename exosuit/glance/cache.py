@@ -28,6 +28,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from exosuit import files
 from exosuit.images import verify
 from exosuit.images.store import ContentStore
 
@@ -147,7 +148,8 @@ class GlanceCache:
                 _append(out, download(0), hasher, expected.size)
             self._verify(hasher, expected, check, discard=lambda: None)
             with self.store.lock(hasher.sha256):
-                os.replace(partial, self.store.partial(hasher.sha256)[0])
+                # Handed to the store as its partial file, which its commit publishes.
+                files.publish(partial, self.store.partial(hasher.sha256)[0])
             return hasher.sha256
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -169,10 +171,7 @@ class GlanceCache:
 
     def _record(self, uuid: str, expected: Expected, sha256: str) -> None:
         entry = {**expected.index_key(), "sha256": sha256}
-        fd, temporary = tempfile.mkstemp(prefix=f"{uuid}.", suffix=".json-new", dir=self.index)
-        with os.fdopen(fd, "w") as f:
-            json.dump(entry, f, sort_keys=True)
-        os.replace(temporary, self._entry(uuid))
+        files.atomic_write(self._entry(uuid), json.dumps(entry, sort_keys=True))
 
     def _entry(self, uuid: str) -> str:
         return os.path.join(self.index, f"{uuid}.json")

@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
-from exosuit import exceptions
+from exosuit import exceptions, files
 from exosuit.db import images as db
 from exosuit.images import verify
 
@@ -117,16 +117,14 @@ def receive(
     try:
         with os.fdopen(fd, "wb") as out:
             hasher = _copy(stream, out, uuid, length, max_size, verify.required_hashes(signature))
-            out.flush()
-            os.fsync(out.fileno())
         try:
             verify.check(hasher, sha256=image["sha256"])
         except verify.Mismatch as error:
             raise exceptions.ImageInvalid(uuid=uuid, reason=str(error)) from None
         verify_signature(conf, uuid, hasher, signature)
         final = os.path.join(folder, hasher.sha256)
-        os.replace(partial, final)
-        _sync(folder)
+        # Named by its hash, known only now: fsync, rename, fsync of the folder.
+        files.publish(partial, final)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(partial)
@@ -191,11 +189,3 @@ def open_data(conf: Any, image: Mapping[str, Any]) -> tuple[BinaryIO, int, str]:
 def remove(conf: Any, uuid: str) -> None:
     """Remove the image's folder (its data and any upload in progress)."""
     shutil.rmtree(folder_of(conf, uuid), ignore_errors=True)
-
-
-def _sync(folder: str) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

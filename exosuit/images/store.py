@@ -38,6 +38,7 @@ import re
 import time
 from collections.abc import Iterator
 
+from exosuit.files import publish
 from exosuit.images import verify
 
 __all__ = ["STALE_PARTIAL_SECONDS", "ContentStore", "StoredFile"]
@@ -135,23 +136,18 @@ class ContentStore:
         final = self._complete(sha256)
         partial = final + PARTIAL_SUFFIX
         try:
-            fd = os.open(partial, os.O_RDONLY)
+            verify.verify_file(partial, size=size, sha256=sha256)
         except FileNotFoundError:
             if os.path.isfile(final):
                 return self.path(sha256) or final
             raise
-        try:
-            os.fsync(fd)  # the data is on disk before the rename makes it complete
-        finally:
-            os.close(fd)
-        try:
-            verify.verify_file(partial, size=size, sha256=sha256)
         except verify.Mismatch:
             _unlink(partial)  # wrong data is never resumed: the next try starts over
             raise
-        os.replace(partial, final)
+        # The partial file is the temporary file (resumed across restarts): fsync, rename
+        # into place, fsync of the folder (exosuit/files.py).
+        publish(partial, final)
         os.utime(final)
-        self._sync_folder()
         self.evict(keep=(sha256,))
         return final
 
@@ -220,13 +216,6 @@ class ContentStore:
         if not _SHA256.match(sha256):
             raise ValueError(f"not a SHA-256 in lower-case hex: {sha256!r}")
         return os.path.join(self.folder, sha256)
-
-    def _sync_folder(self) -> None:
-        fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _unlink(path: str) -> None:

@@ -13,20 +13,21 @@ must not forget claims a newer one prepared). Version 1 is the first; its exact 
 is kept as a test fixture (tests/kubelet/data/checkpoint-v1.json) that every later
 release must still read.
 
-Written atomically: a temporary file in the same directory (``.checkpoint.json.tmp``,
-the leading dot keeps it apart), flushed and fsynced, renamed over the old one, the
-directory fsynced. A missing file is an empty checkpoint.
+Written atomically (exosuit/files.py): a temporary file in the same directory
+(``.checkpoint.json.tmp``, the leading dot keeps it apart), flushed and fsynced,
+renamed over the old one, the directory fsynced. A missing file is an empty checkpoint.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from exosuit import files
 
 __all__ = [
     "CURRENT_VERSION",
@@ -190,20 +191,10 @@ def read(path: Path) -> dict[str, ClaimEntry]:
 
 
 def write(path: Path, claims: dict[str, ClaimEntry]) -> None:
-    """Replace the checkpoint at ``path`` with ``claims``, atomically and durably."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
+    """Replace the checkpoint at ``path`` with ``claims``, atomically and durably
+    (exosuit/files.py; the next write replaces what a crash left)."""
     data = (json.dumps(dump(claims), indent=2, sort_keys=True) + "\n").encode()
-    with open(temporary, "wb") as stream:
-        stream.write(data)
-        stream.flush()
-        os.fsync(stream.fileno())
-    os.replace(temporary, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    files.atomic_write(str(path), data, permissions=0o644, temporary=f".{path.name}.tmp")
 
 
 class Checkpoint:

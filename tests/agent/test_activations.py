@@ -352,7 +352,7 @@ def test_the_agent_loop_reports_the_inventory_at_once_after_a_step(tmp_path, api
         interval=60,
         jitter=0,
         clock=clock,
-        programs=programs,
+        reconcilers=[programs, host.reconciler],
     )
     clock.call_at(start + 12, lambda: api.ask(FIRST, "install"))
     clock.call_at(start + 100, agent.stop)

@@ -644,17 +644,19 @@ def test_the_agent_loop_writes_the_spec_after_the_desired_state_poll(tmp_path, a
         interval=60,
         jitter=0,
         clock=clock,
-        programs=ProgramReconciler(
-            HOST,
-            host.plugins.drivers,
-            host.session,
-            ENDPOINT,
-            ContentStore(str(tmp_path / "images"), 10**6),
-            host.cache,
-            clock=clock,
-            interval=5.0,
-        ),
-        cdi=host.reconciler,
+        reconcilers=[
+            ProgramReconciler(
+                HOST,
+                host.plugins,
+                host.session,
+                ENDPOINT,
+                ContentStore(str(tmp_path / "images"), 10**6),
+                host.cache,
+                clock=clock,
+                interval=5.0,
+            ),
+            host.reconciler,
+        ],
     )
     seen: list[tuple[float, list[str]]] = []
     clock.call_at(start + 12, lambda: api.claim(entry(CLAIM, simulated_fpga())))
@@ -727,7 +729,7 @@ def test_the_real_api_hears_written_and_its_release_removes_the_files(
         cache,
         jitter=0,
         clock=FakeClock(),
-        cdi=reconciler,
+        reconcilers=[reconciler],
     )
     assert agent.deliver(agent.snapshot()).kind == "ok"
     groups = [{"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"}]

@@ -111,7 +111,7 @@ class Host:
         cache = AgentCache(str(self.tmp_path / "state"))
         programs = ProgramReconciler(
             HOST,
-            self.plugins.drivers,
+            self.plugins,
             self.session,
             ENDPOINT,
             ContentStore(str(self.tmp_path / "images"), 10**6),
@@ -127,7 +127,7 @@ class Host:
             cache,
             clock=self.clock,
             rng=random.Random(SEED),
-            programs=programs,
+            reconcilers=[programs],
             **kw,
         )
         return self.agent
@@ -200,7 +200,8 @@ def test_drivers_disabled_enabled_and_reconfigured_without_a_restart(tmp_path, a
     assert _drivers(first)["beta"]["config_digest"] == config_digest(DEFAULTS)
     assert host.plugins.settings("beta")["count"] == 3
     # The agent's programs see the rebuilt drivers too.
-    assert host.agent.programs.drivers == host.plugins.drivers
+    (programs,) = host.agent.reconcilers
+    assert programs.drivers == host.plugins.drivers
     # The generation survives a restart: no report at once for it again.
     assert host.agent.cache.load().observed_generation == 2
 

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from exosuit.agent.activations import ActivationReconciler
 from exosuit.agent.clock import FakeClock
 from exosuit.agent.main import api_endpoint, build_agent, load_drivers, make_session
+from exosuit.agent.programs import ProgramReconciler
 from exosuit.conf import make_conf
 from exosuit.drivers.runner import RecordedRunner, SubprocessRunner
 from tests.helpers.agent_processes import BIN
@@ -180,5 +182,6 @@ def test_the_agent_built_from_configuration_reports_every_installed_driver(tmp_p
         snapshot["devices"], snapshot["driver_errors"], snapshot["drivers"]
     )
     # The programs and the activations see the same drivers.
-    assert agent.programs is not None and agent.programs.drivers == agent.drivers
-    assert agent.activations.plugins is agent.plugins
+    programs, activations = agent.reconcilers[:2]
+    assert isinstance(programs, ProgramReconciler) and programs.drivers == agent.drivers
+    assert isinstance(activations, ActivationReconciler) and activations.plugins is agent.plugins

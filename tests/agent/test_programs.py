@@ -494,7 +494,7 @@ def test_the_agent_loop_reports_the_inventory_at_once_after_a_program(tmp_path, 
         interval=60,
         jitter=0,
         clock=clock,
-        programs=host.reconciler,
+        reconcilers=[host.reconciler],
     )
     clock.call_at(start + 12, lambda: api.add("p-1", image))
     clock.call_at(start + 100, agent.stop)

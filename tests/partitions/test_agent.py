@@ -191,6 +191,7 @@ def test_the_agent_loop_applies_a_layout_and_reports_the_slices_at_once(tmp_path
         interval=60,
         jitter=0,
         clock=clock,
+        reconcilers=[host.reconciler],
     )
     start = clock.now()
     seen: dict[str, object] = {}

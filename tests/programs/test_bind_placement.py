@@ -64,7 +64,7 @@ class Host:
             Reporter(session, ENDPOINT, hostname, clock=self.clock),
             cache,
             clock=self.clock,
-            programs=self.programs,
+            reconcilers=[self.programs],
         )
 
     def report(self) -> None:
