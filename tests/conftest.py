@@ -262,9 +262,10 @@ PROCESS_FIXTURES = frozenset(
 )
 
 
-# Folders whose tests share one expensive service of their own (a whole Nova): under
-# pytest-xdist they run on one worker, which starts it once.
-ONE_WORKER_FOLDERS = {"nova_real": "nova"}
+# Tests that need Keystone (and with it Glance and Nova, which authenticate there and
+# keep their catalog entries in it) go to one pytest-xdist worker: it starts each of them
+# once per run. Placement, small and started in seconds, runs once per worker that needs it.
+ONE_WORKER_FIXTURES = {"keystone": "keystone"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
@@ -274,10 +275,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         # `make test` runs the suite on several pytest-xdist workers with --dist
         # loadgroup: the tests of one module go to one worker (a module's fixtures, often
-        # a server, start once), and so do the tests of a folder that ONE_WORKER_FOLDERS
-        # names. Session services (Keystone, Placement, Glance, Chromium) start once per
-        # worker that needs one.
+        # a server, start once), and the tests that need a fixture of ONE_WORKER_FIXTURES
+        # (directly or through another fixture) go to one worker together.
         if not any(item.iter_markers("xdist_group")):
-            path = item.path.relative_to(config.rootpath)
-            group = ONE_WORKER_FOLDERS.get(path.parts[1]) if len(path.parts) > 2 else None
-            item.add_marker(pytest.mark.xdist_group(group or str(path)))
+            needs = [g for f, g in ONE_WORKER_FIXTURES.items() if f in item.fixturenames]
+            group = needs[0] if needs else str(item.path.relative_to(config.rootpath))
+            item.add_marker(pytest.mark.xdist_group(group))
