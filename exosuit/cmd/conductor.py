@@ -17,7 +17,7 @@ import signal
 import sys
 
 from exosuit.cmd import add_config_argument, setup_logging
-from exosuit.conf import make_conf
+from exosuit.conf import DatabaseSettings, DefaultSettings, make_conf
 
 LOG = logging.getLogger("exosuit.conductor")
 STATES = ("pending", "running", "failed", "succeeded")
@@ -28,7 +28,7 @@ def _database(conf):
     from exosuit.db.api import Database
 
     db = Database.from_conf(conf)
-    problem = migration.start_problem(db, wait=conf.database.startup_wait)
+    problem = migration.start_problem(db, wait=DatabaseSettings.from_conf(conf).startup_wait)
     if problem is not None:
         db.dispose()
         raise SystemExit(f"exosuit-conductor: {problem}")
@@ -40,7 +40,7 @@ def _run(args) -> int:
 
     overrides = {"conductor.workers": args.workers} if args.workers else {}
     conf = make_conf(args.config_file, **overrides)
-    setup_logging(conf.debug)
+    setup_logging(DefaultSettings.from_conf(conf).debug)
     db = _database(conf)
     conductor = Conductor(conf, db)
 
