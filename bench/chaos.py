@@ -42,7 +42,8 @@ port).
 Afterwards: the faults and the load stop, every process is up again, the simulated
 hosts send a last report, the job queue drains (bounded by ``--settle-timeout``), one
 Placement reconcile runs (a verifying sync of every host, what ``placement_reconcile``
-queues) and these invariants are checked on the database and Placement directly:
+queues) and these invariants are checked on the database and Placement directly (the
+checks are bench/invariants.py's, which tests/chaos/ also holds against bad states):
 
 1. no attach handle held by two ARQs; every handle in use is held by exactly one ARQ
    and every held handle is in use;
@@ -68,7 +69,6 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
-import datetime as dt
 import hashlib
 import json
 import os
@@ -87,6 +87,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import httpx  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 
+from bench import invariants  # noqa: E402
 from bench._common import (  # noqa: E402
     ADMIN_URLS,
     BIN,
@@ -94,13 +95,13 @@ from bench._common import (  # noqa: E402
     PrivatePostgres,
     free_port,
 )
+from bench.invariants import Arq  # noqa: E402
 from exosuit.agent.snapshot import build_snapshot  # noqa: E402
 from exosuit.db import models  # noqa: E402
 from exosuit.db import placement as placement_db  # noqa: E402
 from exosuit.db.api import Database  # noqa: E402
 from exosuit.db.metrics import read_counters  # noqa: E402
 from exosuit.drivers.base import AttachHandle, Deployable, Device, pci_cpid  # noqa: E402
-from exosuit.placement.providers import Provider, desired_providers  # noqa: E402
 from exosuit.placement.sync import compute_provider_uuid  # noqa: E402
 
 PLACEMENT_VERSION = "placement 1.39"
@@ -130,7 +131,6 @@ PROFILES = {
         for i, function in enumerate(FUNCTIONS)
     },
 }
-TRANSITIONAL = ("BindStarted", "Deleting")
 
 
 def log(campaign: Campaign | None, message: str) -> None:
@@ -430,20 +430,6 @@ class Clients:
     async def placement(self, op: str, method: str, path: str, **kw) -> Reply:
         headers = {"X-Auth-Token": "admin", "OpenStack-API-Version": PLACEMENT_VERSION}
         return await self._send(op, method, self.placement_url + path, headers=headers, **kw)
-
-
-@dataclasses.dataclass
-class Arq:
-    """What the clients were told about one ARQ: ``created`` (201), ``bound`` (202 and
-    resolved Bound), ``deleted`` (204, or 404: gone); ``unknown`` when a delete was never
-    acknowledged before the end."""
-
-    uuid: str
-    instance: str
-    profile: str
-    state: str = "created"
-    hostname: str | None = None
-    rp_uuid: str | None = None
 
 
 # --- the campaign ---------------------------------------------------------------------------
@@ -1043,20 +1029,27 @@ class Campaign:
 
     def check(self, db: Database) -> dict[str, list[str]]:
         results = {
-            "no attach handle held by two ARQs": self.check_double_holders(db),
-            "attach handles in use exactly when held": self.check_handles(db),
-            "no ARQ stuck past bind_timeout": self.check_stuck(db),
+            "no attach handle held by two ARQs": invariants.check_double_holders(db),
+            "attach handles in use exactly when held": invariants.check_handles(db),
+            "no ARQ stuck past bind_timeout": invariants.check_stuck(db, self.args.bind_timeout),
         }
         with httpx.Client(
             base_url=self.placement.url,
             headers={"X-Auth-Token": "admin", "OpenStack-API-Version": PLACEMENT_VERSION},
             timeout=60,
         ) as placement:
-            providers, allocations = self.check_placement(db, placement)
+            providers, allocations = invariants.check_placement(db, placement)
         results["Placement equal to the database after one reconcile"] = providers
         results["Placement allocations equal to the Bound ARQs"] = allocations
-        results["every acknowledged write present"] = self.check_ledger(db) + self.violations_seen
-        results["every acknowledged inventory present"] = self.check_inventory(db)
+        results["every acknowledged write present"] = (
+            invariants.check_ledger(db, self.ledger) + self.violations_seen
+        )
+        self.ops["ARQs in the database not created by an acknowledged POST"] = (
+            invariants.unacknowledged_arqs(db, self.ledger)
+        )
+        results["every acknowledged inventory present"] = invariants.check_inventory(
+            db, self.sim_hosts + self.agent_hosts, self.sim_acked
+        )
         results["no process exited unless killed"] = [
             exit for process in self.processes for exit in process.exits
         ]
@@ -1064,254 +1057,6 @@ class Campaign:
             f"{op}: {n} x 500" for op, c in sorted(self.clients.counts.items()) if (n := c["500"])
         ]
         return results
-
-    def check_double_holders(self, db: Database) -> list[str]:
-        arq = models.accelerator_requests
-        rows = db.read(
-            lambda conn: conn.execute(
-                sa.select(arq.c.attach_handle_id, sa.func.count())
-                .where(arq.c.attach_handle_id.is_not(None))
-                .group_by(arq.c.attach_handle_id)
-                .having(sa.func.count() > 1)
-            ).all()
-        )
-        return [f"attach handle id {h} held by {n} ARQs" for h, n in rows]
-
-    def check_handles(self, db: Database) -> list[str]:
-        arq, ah = models.accelerator_requests, models.attach_handles
-        problems = []
-        holders = dict(
-            db.read(
-                lambda conn: conn.execute(
-                    sa.select(arq.c.attach_handle_id, arq.c.uuid).where(
-                        arq.c.attach_handle_id.is_not(None)
-                    )
-                ).all()
-            )
-        )
-        handles = db.read(
-            lambda conn: conn.execute(sa.select(ah.c.id, ah.c.uuid, ah.c.in_use)).all()
-        )
-        for handle_id, handle_uuid, in_use in handles:
-            if in_use and handle_id not in holders:
-                problems.append(f"attach handle {handle_uuid} in use, held by no ARQ")
-            if not in_use and handle_id in holders:
-                problems.append(
-                    f"attach handle {handle_uuid} held by ARQ {holders[handle_id]} but not in use"
-                )
-        states = db.read(
-            lambda conn: conn.execute(
-                sa.select(arq.c.uuid, arq.c.state, arq.c.attach_handle_id)
-            ).all()
-        )
-        for arq_uuid, state, handle in states:
-            if state == "Bound" and handle is None:
-                problems.append(f"ARQ {arq_uuid} Bound without an attach handle")
-            if handle is not None and state not in ("Bound", "BindStarted"):
-                problems.append(f"ARQ {arq_uuid} {state} still holds an attach handle")
-        return problems
-
-    def check_stuck(self, db: Database) -> list[str]:
-        arq = models.accelerator_requests
-        limit = models.utcnow() - dt.timedelta(seconds=self.args.bind_timeout)
-        rows = db.read(
-            lambda conn: conn.execute(
-                sa.select(arq.c.uuid, arq.c.state, arq.c.created_at, arq.c.updated_at).where(
-                    arq.c.state.in_(TRANSITIONAL)
-                )
-            ).all()
-        )
-        return [
-            f"ARQ {u} {state} since {since or created} (bind_timeout {self.args.bind_timeout:g} s)"
-            for u, state, created, since in rows
-            if (since or created) < limit
-        ]
-
-    def check_placement(self, db: Database, placement: httpx.Client) -> tuple[list[str], list[str]]:
-        problems: list[str] = []
-        found_allocations: set[tuple[str, str]] = set()
-        for host in db.read(placement_db.hostnames):
-            rows = db.read(placement_db.deployable_rows, host)
-            compute = db.read(placement_db.read_host, host).compute_rp_uuid
-            if compute is None:
-                if rows:
-                    problems.append(f"host {host}: no compute node provider recorded")
-                continue
-            want = desired_providers(host, compute, rows)
-            recorded = db.read(placement_db.recorded_providers, host)
-            r = placement.get(f"/resource_providers?in_tree={compute}")
-            if r.status_code != 200:
-                problems.append(f"host {host}: GET in_tree {compute}: {r.status_code}")
-                continue
-            found = {p["uuid"]: p for p in r.json()["resource_providers"] if p["uuid"] != compute}
-            if want and not r.json()["resource_providers"]:
-                problems.append(f"host {host}: compute node provider {compute} missing")
-            for rp_uuid in sorted(set(want) | set(found)):
-                wanted, rp = want.get(rp_uuid), found.get(rp_uuid)
-                allocations = {}
-                if rp is not None:
-                    allocations = placement.get(
-                        f"/resource_providers/{rp_uuid}/allocations"
-                    ).json()["allocations"]
-                    found_allocations.update((consumer, rp_uuid) for consumer in allocations)
-                if wanted is None:
-                    record = recorded.get(rp_uuid)
-                    if record is not None and record.removing and allocations:
-                        continue  # a removed deployable's provider, kept while allocated
-                    problems.append(
-                        f"host {host}: provider {rp_uuid} ({rp['name']}) is no deployable's"
-                    )
-                    continue
-                if rp is None:
-                    problems.append(f"host {host}: provider {rp_uuid} ({wanted.name}) missing")
-                    continue
-                actual = self._read_provider(placement, rp, wanted)
-                for aspect, a, b in (
-                    (
-                        "name/parent",
-                        (wanted.name, wanted.parent_uuid),
-                        (actual.name, actual.parent_uuid),
-                    ),
-                    ("inventory", wanted.inventory_key(), actual.inventory_key()),
-                    ("traits", sorted(wanted.traits), sorted(actual.traits)),
-                ):
-                    if a != b:
-                        problems.append(
-                            f"host {host}: provider {rp_uuid} {aspect} {b}, the database says {a}"
-                        )
-        arq = models.accelerator_requests
-        bound = set(
-            db.read(
-                lambda conn: conn.execute(
-                    sa.select(arq.c.instance_uuid, arq.c.device_rp_uuid).where(
-                        arq.c.state == "Bound"
-                    )
-                ).all()
-            )
-        )
-        allocation_problems = [
-            f"allocation of {c} on {rp} without a Bound ARQ"
-            for c, rp in sorted(found_allocations - bound)
-        ] + [
-            f"ARQ Bound to {c} on {rp} without its allocation"
-            for c, rp in sorted(bound - found_allocations)
-        ]
-        return problems, allocation_problems
-
-    @staticmethod
-    def _read_provider(placement: httpx.Client, rp: dict, wanted: Provider) -> Provider:
-        inventories = placement.get(f"/resource_providers/{rp['uuid']}/inventories").json()[
-            "inventories"
-        ]
-        traits = placement.get(f"/resource_providers/{rp['uuid']}/traits").json()["traits"]
-        classes = sorted(inventories)
-        main = (
-            wanted.resource_class
-            if wanted.resource_class in inventories
-            else (classes[0] if classes else None)
-        )
-        inventory = inventories.get(main, {}) if main else {}
-        return Provider(
-            uuid=rp["uuid"],
-            name=rp["name"],
-            parent_uuid=rp["parent_provider_uuid"],
-            resource_class=main,
-            total=int(inventory.get("total", 0)),
-            reserved=int(inventory.get("reserved", 0)),
-            traits=frozenset(traits),
-            other_classes=frozenset(c for c in classes if c != main),
-        )
-
-    def check_ledger(self, db: Database) -> list[str]:
-        arq, ah, dep = models.accelerator_requests, models.attach_handles, models.deployables
-        rows = {
-            r.uuid: r
-            for r in db.read(
-                lambda conn: conn.execute(
-                    sa.select(
-                        arq.c.uuid,
-                        arq.c.state,
-                        arq.c.hostname,
-                        arq.c.device_rp_uuid,
-                        arq.c.instance_uuid,
-                        dep.c.rp_uuid.label("handle_rp_uuid"),
-                    ).select_from(
-                        arq.outerjoin(ah, arq.c.attach_handle_id == ah.c.id).outerjoin(
-                            dep, ah.c.deployable_id == dep.c.id
-                        )
-                    )
-                ).all()
-            )
-        }
-        problems = []
-        for entry in self.ledger.values():
-            row = rows.get(entry.uuid)
-            if entry.state == "deleted" and row is not None:
-                problems.append(
-                    f"ARQ {entry.uuid} deleted (acknowledged) but present ({row.state})"
-                )
-            elif entry.state == "created" and row is None:
-                problems.append(f"ARQ {entry.uuid} created (acknowledged) but absent")
-            elif entry.state == "bound":
-                if row is None:
-                    problems.append(f"ARQ {entry.uuid} bound (acknowledged) but absent")
-                elif (row.state, row.hostname, row.device_rp_uuid, row.instance_uuid) != (
-                    "Bound",
-                    entry.hostname,
-                    entry.rp_uuid,
-                    entry.instance,
-                ):
-                    problems.append(
-                        f"ARQ {entry.uuid} bound to {entry.hostname}/{entry.rp_uuid}/"
-                        f"{entry.instance} (acknowledged) but {row.state} "
-                        f"{row.hostname}/{row.device_rp_uuid}/{row.instance_uuid}"
-                    )
-                elif row.handle_rp_uuid != entry.rp_uuid:
-                    problems.append(
-                        f"ARQ {entry.uuid} holds a handle of {row.handle_rp_uuid}, "
-                        f"not of {entry.rp_uuid}"
-                    )
-        self.ops["ARQs in the database not created by an acknowledged POST"] = len(
-            set(rows) - set(self.ledger)
-        )
-        return problems
-
-    def check_inventory(self, db: Database) -> list[str]:
-        dev, ah, dep = models.devices, models.attach_handles, models.deployables
-        problems = []
-        held = set(
-            db.read(
-                lambda conn: conn.execute(
-                    sa.select(dep.c.device_id)
-                    .join(ah, ah.c.deployable_id == dep.c.id)
-                    .where(ah.c.in_use.is_(True))
-                ).scalars()
-            )
-        )
-        for host in self.sim_hosts + self.agent_hosts:
-            devices = db.read(
-                lambda conn, host=host: conn.execute(
-                    sa.select(dev.c.id, dev.c.pci_address, dev.c.presence, dev.c.status).where(
-                        dev.c.hostname == host
-                    )
-                ).all()
-            )
-            present = {d.pci_address for d in devices if d.presence == "present"}
-            if host in self.sim_acked:
-                expected = {d["pci_address"] for d in self.sim_acked[host]["devices"]}
-            else:
-                expected = None  # a real agent: its own devices, 2 FPGAs and 2 GPUs
-            if expected is not None and present != expected:
-                problems.append(
-                    f"host {host}: devices present {sorted(present)}, its last acknowledged "
-                    f"report has {sorted(expected)}"
-                )
-            if expected is None and len(present) != 4:
-                problems.append(f"host {host}: {len(present)} devices present, its agent has 4")
-            for d in devices:
-                if d.presence != "present" and d.id not in held:
-                    problems.append(f"host {host}: device {d.pci_address} {d.presence}, not held")
-        return problems
 
     # -- the whole run -----------------------------------------------------------------------
 

@@ -28,6 +28,15 @@ from exosuit.agent.service import Agent
 from exosuit.agent.transport import WsgiSession
 from exosuit.api.deploy import NoAuthMiddleware, loadapp, make_database
 from exosuit.conductor.worker import Conductor
+from exosuit.conf import (
+    AgentSettings,
+    ApiSettings,
+    CdiSettings,
+    DatabaseSettings,
+    DefaultSettings,
+    PlacementSettings,
+    ServeSettings,
+)
 from exosuit.db import migration
 
 LOG = logging.getLogger(__name__)
@@ -48,29 +57,31 @@ class LocalHost:
         # CDI specs go under the data directory ($state_path/cdi: no root needed, and a
         # demo leaves nothing in the host's /var/run/cdi) unless a file sets [cdi]
         # spec_dir (doc/cdi.md).
-        conf.set_default("spec_dir", os.path.join(conf.state_path, "cdi"), group="cdi")
-        names = list(dict.fromkeys(["simulated", *conf.agent.enabled_drivers]))
+        host = DefaultSettings.from_conf(conf)
+        conf.set_default("spec_dir", os.path.join(host.state_path, "cdi"), group="cdi")
+        agent = AgentSettings.from_conf(conf)
+        names = list(dict.fromkeys(["simulated", *agent.enabled_drivers]))
         # A DriverSet: the operator's overrides enable, disable or reconfigure them.
-        drivers = DriverSet.from_conf(conf, conf.host, conf.agent.sysfs_root, names)
-        cache = AgentCache(os.path.abspath(conf.agent.state_dir))
+        drivers = DriverSet.from_conf(conf, host.host, agent.sysfs_root, names)
+        cache = AgentCache(os.path.abspath(agent.state_dir))
         cache.lock()  # CacheLocked: another exosuit serve uses this data directory
         session = WsgiSession(app)
         clock = SystemClock()
-        reporter = Reporter(session, "http://exosuit.local", conf.host, clock=clock)
+        reporter = Reporter(session, "http://exosuit.local", host.host, clock=clock)
         self.agent = Agent(
-            conf.host,
+            host.host,
             drivers,
             reporter,
             cache,
-            interval=conf.serve.report_interval,
+            interval=ServeSettings.from_conf(conf).report_interval,
             jitter=0,
-            removal_grace=conf.agent.removal_grace,
+            removal_grace=agent.removal_grace,
             clock=clock,
             # The agent's host work: programs of the simulated FPGA (and of real ones:
             # doc/programming.md), install steps, partitions and slices, the CDI specs of
             # the claims for containers (doc/cdi.md).
             reconcilers=build_reconcilers(
-                conf, conf.host, drivers, session, reporter.endpoint, cache, clock
+                conf, host.host, drivers, session, reporter.endpoint, cache, clock
             ),
         )
         self._thread: threading.Thread | None = None
@@ -122,10 +133,11 @@ def serve(conf: cfg.ConfigOpts, *, host: str, port: int, ready=None) -> None:
         started.callback(db.dispose)
         migration.upgrade(db)
         app = loadapp(conf, db)
+        api = ApiSettings.from_conf(conf)
         # The in-process agent is trusted: it calls the application past the
         # authentication (as an admin with the service role), whatever [api]
         # auth_strategy requires of everyone else.
-        agent_app = app if conf.api.auth_strategy == "noauth" else NoAuthMiddleware(app.application)
+        agent_app = app if api.auth_strategy == "noauth" else NoAuthMiddleware(app.application)
         try:
             simulated = LocalHost(conf, agent_app)
         except CacheLocked as error:
@@ -142,11 +154,11 @@ def serve(conf: cfg.ConfigOpts, *, host: str, port: int, ready=None) -> None:
         server = cheroot_wsgi.Server(
             (host, port),
             app,
-            numthreads=max(4, conf.api.threads),
+            numthreads=max(4, api.threads),
             server_name="exosuit",
             # cheroot's default backlog is 5: a burst of clients got connection resets.
-            request_queue_size=conf.api.backlog,
-            shutdown_timeout=conf.api.shutdown_timeout,
+            request_queue_size=api.backlog,
+            shutdown_timeout=api.shutdown_timeout,
         )
         started.callback(server.stop)
         server.prepare()
@@ -158,19 +170,22 @@ def serve(conf: cfg.ConfigOpts, *, host: str, port: int, ready=None) -> None:
 def _banner(conf: cfg.ConfigOpts, server, simulated: LocalHost) -> None:
     """Where it listens and what to do next: the command line, the dashboard, OpenStack's
     client."""
+    api = ApiSettings.from_conf(conf)
     bound_host, bound_port = server.bind_addr[:2]
     url = f"http://{bound_host}:{bound_port}"
-    database = conf.database.connection
+    database = DatabaseSettings.from_conf(conf).connection
     if database.startswith("sqlite:///"):
         database = os.path.abspath(database[len("sqlite:///") :])
-    print(f"Exosuit {conf.host!r} serving Cyborg's v2 API at {url}/v2", flush=True)
+    hostname = DefaultSettings.from_conf(conf).host
+    placement = PlacementSettings.from_conf(conf)
+    print(f"Exosuit {hostname!r} serving Cyborg's v2 API at {url}/v2", flush=True)
     print(f"  database: {database}", flush=True)
-    print(f"  authentication: {conf.api.auth_strategy}", flush=True)
-    print(f"  CDI specs: {os.path.abspath(conf.cdi.spec_dir)}", flush=True)
-    if conf.placement.auth_type:
-        print(f"  placement: {conf.placement.endpoint_override or 'from the catalog'}", flush=True)
+    print(f"  authentication: {api.auth_strategy}", flush=True)
+    print(f"  CDI specs: {os.path.abspath(CdiSettings.from_conf(conf).spec_dir)}", flush=True)
+    if placement.auth_type:
+        print(f"  placement: {placement.endpoint_override or 'from the catalog'}", flush=True)
     print(
-        f"  simulated host {conf.host!r}: "
+        f"  simulated host {hostname!r}: "
         + ", ".join(f"{n} x {s}" for s, n in sorted(simulated.driver.shapes.items())),
         flush=True,
     )

@@ -23,8 +23,8 @@ does nothing.
 
 What this cannot cover is the interpreter's own start and the imports of the console
 script's module, before ``main()`` runs: the console modules import little at module
-level (their work is imported inside ``main()``, after this call), so that window is a
-fraction of a second.
+level (the configuration's options; their work is imported inside ``main()``), so that
+window is a fraction of a second.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from exosuit.agent.reporter import Reporter
 from exosuit.agent.service import Agent
 from exosuit.agent.slices import SliceReconciler
 from exosuit.backoff import backoff_delay
+from exosuit.conf import AgentSettings, CdiSettings, DefaultSettings
 from exosuit.drivers.base import Driver
 from exosuit.images.store import ContentStore
 
@@ -52,7 +53,7 @@ _KEYSTONE_OPTIONS = ("auth_type", "auth_section", "cafile", "certfile", "keyfile
 def needs_keystoneauth(conf: cfg.ConfigOpts) -> bool:
     """Whether the agent needs keystoneauth to reach its API: no plain ``http://``
     ``[agent] api_url`` (the catalog, or TLS), or a Keystone or TLS option set."""
-    url = str(conf.agent.api_url or "")
+    url = AgentSettings.from_conf(conf).api_url
     if not url.startswith("http://"):
         return True
     group = conf.agent
@@ -64,7 +65,7 @@ def make_session(conf: cfg.ConfigOpts) -> Any:
     ``http://`` API without Keystone, else a keystoneauth session from [agent]
     (authenticated if [agent] auth_type is set)."""
     if not needs_keystoneauth(conf):
-        return PlainSession(timeout=conf.agent.timeout)
+        return PlainSession(timeout=AgentSettings.from_conf(conf).timeout)
     # keystoneauth's [agent] options were registered with the configuration
     # (exosuit.conf.make_agent_conf registers them whenever this is reached).
     from keystoneauth1 import loading as ks_loading
@@ -80,8 +81,9 @@ def api_endpoint(conf: cfg.ConfigOpts, session: Any, *, clock: Clock | None = No
     backoff and one log line, as the API is later; credentials Keystone refuses, or a
     catalog without the service, stop the agent with the reason.
     """
-    if conf.agent.api_url:
-        return str(conf.agent.api_url)
+    settings = AgentSettings.from_conf(conf)
+    if settings.api_url:
+        return settings.api_url
     from keystoneauth1 import exceptions as ksa_exc
 
     if session.auth is None:
@@ -109,7 +111,7 @@ def api_endpoint(conf: cfg.ConfigOpts, session: Any, *, clock: Clock | None = No
                     error,
                 )
             failures += 1
-            clock.wait(never, backoff_delay(failures, 1.0, conf.agent.max_backoff))
+            clock.wait(never, backoff_delay(failures, 1.0, settings.max_backoff))
         except ksa_exc.CatalogException as error:
             raise SystemExit(
                 f"exosuit-agent: no [agent] api_url and no accelerator "
@@ -145,18 +147,19 @@ def build_agent(
 ) -> Agent:
     """The agent ``conf`` describes; ``lock``: take the state directory (run_agent);
     ``clock``: what it waits with (default: the real one)."""
-    hostname: str = conf.host
+    hostname = DefaultSettings.from_conf(conf).host
+    settings = AgentSettings.from_conf(conf)
     session = session if session is not None else make_session(conf)
     clock = clock if clock is not None else SystemClock()
     reporter = Reporter(
         session,
         api_endpoint(conf, session, clock=clock),
         hostname,
-        timeout=conf.agent.timeout,
+        timeout=settings.timeout,
         clock=clock,
     )
-    plugins = DriverSet.from_conf(conf, hostname, conf.agent.sysfs_root)
-    cache = AgentCache(os.path.abspath(conf.agent.state_dir))
+    plugins = DriverSet.from_conf(conf, hostname, settings.sysfs_root)
+    cache = AgentCache(os.path.abspath(settings.state_dir))
     if lock:
         cache.lock()
     return Agent(
@@ -164,10 +167,10 @@ def build_agent(
         plugins,
         reporter,
         cache,
-        interval=conf.agent.report_interval,
-        jitter=conf.agent.report_jitter,
-        removal_grace=conf.agent.removal_grace,
-        max_backoff=conf.agent.max_backoff,
+        interval=settings.report_interval,
+        jitter=settings.report_jitter,
+        removal_grace=settings.removal_grace,
+        max_backoff=settings.max_backoff,
         clock=clock,
         reconcilers=build_reconcilers(
             conf, hostname, plugins, session, reporter.endpoint, cache, clock
@@ -188,17 +191,18 @@ def build_reconcilers(
     poll the desired state), the install and uninstall steps, the partition layouts, the
     on-demand slices, the CDI specs of containers (into ``[cdi] spec_dir``). Each
     outcome not taken is sent again with backoff up to ``[agent] max_backoff``."""
+    settings, cdi = AgentSettings.from_conf(conf), CdiSettings.from_conf(conf)
     options: dict[str, Any] = {
-        "timeout": conf.agent.timeout,
+        "timeout": settings.timeout,
         "clock": clock,
-        "max_backoff": conf.agent.max_backoff,
+        "max_backoff": settings.max_backoff,
     }
     return [
         build_programs(conf, hostname, plugins, session, endpoint, cache, clock),
         ActivationReconciler(hostname, plugins, session, endpoint, cache, **options),
         PartitionReconciler(hostname, plugins, session, endpoint, cache, **options),
         SliceReconciler(hostname, plugins, session, endpoint, **options),
-        CdiReconciler(hostname, plugins, session, endpoint, cache, conf.cdi.spec_dir, **options),
+        CdiReconciler(hostname, plugins, session, endpoint, cache, cdi.spec_dir, **options),
     ]
 
 
@@ -213,8 +217,9 @@ def build_programs(
 ) -> ProgramReconciler:
     """The reconciler of the host's programs: its image cache is ``<state_dir>/images``,
     bounded by ``[agent] image_cache_size``; it polls every ``desired_state_interval``."""
+    settings = AgentSettings.from_conf(conf)
     store = ContentStore(
-        os.path.join(os.path.abspath(conf.agent.state_dir), "images"), conf.agent.image_cache_size
+        os.path.join(os.path.abspath(settings.state_dir), "images"), settings.image_cache_size
     )
     return ProgramReconciler(
         hostname,
@@ -224,9 +229,9 @@ def build_programs(
         store,
         cache,
         clock=clock,
-        interval=conf.agent.desired_state_interval,
-        timeout=conf.agent.timeout,
-        max_backoff=conf.agent.max_backoff,
+        interval=settings.desired_state_interval,
+        timeout=settings.timeout,
+        max_backoff=settings.max_backoff,
     )
 
 
@@ -256,13 +261,14 @@ def run_agent(conf: cfg.ConfigOpts) -> int:
             "(none)",
         ),
     )
+    settings = AgentSettings.from_conf(conf)
     metrics = None
-    if conf.agent.metrics_port:
+    if settings.metrics_port:
         from exosuit.agent.metrics import serve_metrics  # only then: its server costs memory
 
-        metrics = serve_metrics(conf.agent.metrics_host, conf.agent.metrics_port, agent)
+        metrics = serve_metrics(settings.metrics_host, settings.metrics_port, agent)
     watcher = None
-    if conf.agent.uevents:
+    if settings.uevents:
         watcher = UeventWatcher(lambda action, path: agent.wake())
         watcher.start()
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())

@@ -30,7 +30,7 @@ from typing import Any
 from oslo_config import cfg
 
 from exosuit import schemas
-from exosuit.conf import driver_settings
+from exosuit.conf import AgentSettings, driver_settings
 from exosuit.drivers import ENTRY_POINT_GROUP, DriverContext, driver_class, load_driver
 from exosuit.drivers.base import Device, Driver
 from exosuit.drivers.runner import CommandRunner, RecordedRunner, SubprocessRunner
@@ -188,7 +188,8 @@ class DriverSet:
             if os.path.abspath(sysfs_root) == "/"
             else RecordedRunner.from_file(os.path.join(sysfs_root, "commands.json"))
         )
-        state_dir = os.path.abspath(conf.agent.state_dir)
+        agent = AgentSettings.from_conf(conf)
+        state_dir = os.path.abspath(agent.state_dir)
         health = health_options(conf)
 
         def load(name: str, settings: Mapping[str, Any]) -> Driver:
@@ -207,7 +208,7 @@ class DriverSet:
             return options
 
         return cls(
-            list(names) if names is not None else list(conf.agent.enabled_drivers),
+            list(names) if names is not None else list(agent.enabled_drivers),
             load,
             settings=lambda name: driver_settings(conf, name),
             options=options,

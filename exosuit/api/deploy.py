@@ -33,6 +33,7 @@ from exosuit.api.policies import make_enforcer
 from exosuit.api.policies.cache import DecisionCache
 from exosuit.api.report_cache import ReportCache, Version
 from exosuit.api.response_cache import ResponseCache
+from exosuit.conf import ApiSettings
 from exosuit.context import RequestContext
 from exosuit.db import audit, changes
 from exosuit.db.api import Database
@@ -105,13 +106,14 @@ class Application:
             roles = set(conf.keystone_authtoken.service_token_roles)
         self.service_token_roles = frozenset(roles)
         # What unchanged agent reports are answered from, while no process changed it.
+        api = ApiSettings.from_conf(conf)
         self.host_reports: ReportCache[HostReport] = ReportCache(
             Version(changes.CounterReader(db, changes.HOST_REPORTS)),
-            conf.api.report_cache_size,
+            api.report_cache_size,
         )
         self.inventory_admission = Admission(
-            conf.api.inventory_concurrency,
-            conf.api.inventory_wait,
+            api.inventory_concurrency,
+            api.inventory_wait,
             message="The API is applying other hosts' inventories; retry later.",
             code="exosuit.inventory.busy",
         )
@@ -374,8 +376,9 @@ def loadapp(conf: cfg.ConfigOpts, db: Database | None = None):
     """The WSGI application for ``conf`` (and ``db``, made from conf if not given)."""
     app = Application(conf, db or make_database(conf))
     fast = UnchangedReports(app, app)
+    api = ApiSettings.from_conf(conf)
     public: WSGIApplication
-    if conf.api.auth_strategy == "keystone":
+    if api.auth_strategy == "keystone":
         from keystonemiddleware import auth_token
 
         protected = auth_token.AuthProtocol(fast, {"oslo_config_config": conf})
@@ -385,7 +388,7 @@ def loadapp(conf: cfg.ConfigOpts, db: Database | None = None):
     else:
         protected = NoAuthMiddleware(fast)
         public = protected
-    routes = PublicRoutes(protected, public, conf.api.public_routes)
+    routes = PublicRoutes(protected, public, api.public_routes)
     pipeline = RequestIdMiddleware(LatencyMiddleware(routes, app))
     pipeline.application = app  # for tests and `exosuit serve`
     pipeline.unchanged_reports = fast

@@ -59,7 +59,7 @@ class Serve(Command):
 
     def _serve(self, parsed_args):
         # Imported here: the server's modules are not needed by the other commands.
-        from exosuit.conf import make_conf
+        from exosuit.conf import DefaultSettings, make_conf
         from exosuit.serve import serve
 
         # The global --config-file (before or after `serve`) comes first, then any
@@ -76,6 +76,7 @@ class Serve(Command):
             from exosuit.placement.client import use_placement_url
 
             use_placement_url(conf, parsed_args.placement_url)
-        setup_logging(conf.debug or bool(getattr(self.app_args, "debug", False)))
+        debug = DefaultSettings.from_conf(conf).debug
+        setup_logging(debug or bool(getattr(self.app_args, "debug", False)))
         serve(conf, host=parsed_args.host, port=parsed_args.port)
         return 0

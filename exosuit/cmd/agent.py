@@ -10,14 +10,14 @@ from collections.abc import Sequence
 from exosuit.agent.plugins import DriverSet, installed_plugins
 from exosuit.agent.snapshot import discover, make_snapshot
 from exosuit.cmd import add_config_argument
-from exosuit.conf import make_conf
+from exosuit.conf import AgentSettings, DefaultSettings, make_conf
 from exosuit.stopping import stop_while_starting
 
 
 def _discover(args) -> int:
     conf = make_conf(args.config_file)
-    hostname = args.hostname or conf.host
-    root = args.sysfs_root or conf.agent.sysfs_root
+    hostname = args.hostname or DefaultSettings.from_conf(conf).host
+    root = args.sysfs_root or AgentSettings.from_conf(conf).sysfs_root
     # The agent's own assembly: on a recorded tree, tools answer from its commands.json.
     plugins = DriverSet.from_conf(conf, hostname, root, args.driver or None)
     found = discover(plugins.drivers, usage=args.usage)
@@ -147,7 +147,7 @@ def _run(args) -> int:
     # The agent's own options only (keystoneauth's when it needs Keystone or TLS, each
     # driver's when it loads it): an agent imports what it runs, nothing of the server.
     conf = make_agent_conf(args.config_file)
-    setup_logging(conf.debug)
+    setup_logging(DefaultSettings.from_conf(conf).debug)
     return run_agent(conf)
 
 

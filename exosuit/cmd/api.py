@@ -14,6 +14,7 @@ import sys
 import tempfile
 
 from exosuit.cmd import add_config_argument, setup_logging
+from exosuit.conf import ApiSettings, DatabaseSettings, DefaultSettings, make_conf
 from exosuit.stopping import stop_while_starting
 
 
@@ -23,8 +24,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    from exosuit.conf import make_conf
-
     parser = argparse.ArgumentParser(prog="exosuit-api", description=__doc__)
     add_config_argument(parser)
     parser.add_argument("--host", help="Address to listen on ([api] host_ip).")
@@ -39,14 +38,15 @@ def _main(argv: list[str] | None) -> int:
     if args.workers is not None:
         overrides["api.workers"] = args.workers
     conf = make_conf(args.config_file, **overrides)
-    setup_logging(conf.debug)
+    setup_logging(DefaultSettings.from_conf(conf).debug)
     _check_schema(conf)
-    workers = conf.api.workers or os.cpu_count() or 1
+    api = ApiSettings.from_conf(conf)
+    workers = api.workers or os.cpu_count() or 1
     metrics_dir = _multiprocess_metrics(workers)
     owner = os.getpid()
     print(
-        f"exosuit-api listening on http://{conf.api.host_ip}:{conf.api.port}/v2 with "
-        f"{workers} {conf.api.server} worker(s)",
+        f"exosuit-api listening on http://{api.host_ip}:{api.port}/v2 with "
+        f"{workers} {api.server} worker(s)",
         flush=True,
     )
     try:
@@ -77,17 +77,18 @@ def _multiprocess_metrics(workers: int) -> str | None:
 
 
 def _serve(conf, config_files: list[str], workers: int) -> None:
-    if conf.api.server == "granian":
-        _run_granian(conf, config_files, workers)
+    api = ApiSettings.from_conf(conf)
+    if api.server == "granian":
+        _run_granian(api, config_files, workers)
         return
     options = {
-        "bind": f"{conf.api.host_ip}:{conf.api.port}",
+        "bind": f"{api.host_ip}:{api.port}",
         "workers": workers,
-        "threads": conf.api.threads,
+        "threads": api.threads,
         "worker_class": "gthread",
         "keepalive": 30,
-        "backlog": conf.api.backlog,
-        "graceful_timeout": conf.api.shutdown_timeout,
+        "backlog": api.backlog,
+        "graceful_timeout": api.shutdown_timeout,
         "accesslog": None,
         "preload_app": False,
         "proc_name": "exosuit-api",
@@ -108,7 +109,7 @@ def _serve(conf, config_files: list[str], workers: int) -> None:
     _Gunicorn().run()
 
 
-def _run_granian(conf, config_files: list[str], workers: int) -> None:
+def _run_granian(api: ApiSettings, config_files: list[str], workers: int) -> None:
     """Granian's workers import exosuit.wsgi, which reads EXOSUIT_CONFIG_FILE."""
     from granian import Granian
     from granian.constants import Interfaces
@@ -116,16 +117,16 @@ def _run_granian(conf, config_files: list[str], workers: int) -> None:
     os.environ["EXOSUIT_CONFIG_FILE"] = os.pathsep.join(os.path.abspath(f) for f in config_files)
     Granian(
         "exosuit.wsgi:application",
-        address=conf.api.host_ip,
-        port=conf.api.port,
+        address=api.host_ip,
+        port=api.port,
         interface=Interfaces.WSGI,
         workers=workers,
-        blocking_threads=conf.api.threads,
+        blocking_threads=api.threads,
         websockets=False,
         respawn_failed_workers=True,
         log_access=False,
-        backlog=conf.api.backlog,
-        workers_kill_timeout=conf.api.shutdown_timeout,
+        backlog=api.backlog,
+        workers_kill_timeout=api.shutdown_timeout,
     ).serve()
 
 
@@ -135,7 +136,7 @@ def _check_schema(conf) -> None:
 
     db = Database.from_conf(conf)
     try:
-        problem = migration.start_problem(db, wait=conf.database.startup_wait)
+        problem = migration.start_problem(db, wait=DatabaseSettings.from_conf(conf).startup_wait)
     finally:
         db.dispose()
     if problem is not None:

@@ -17,6 +17,7 @@ import signal
 import sys
 
 from exosuit.cmd import add_config_argument, setup_logging
+from exosuit.conf import DatabaseSettings, DefaultSettings, make_conf
 from exosuit.stopping import stop_while_starting
 
 LOG = logging.getLogger("exosuit.conductor")
@@ -28,7 +29,7 @@ def _database(conf):
     from exosuit.db.api import Database
 
     db = Database.from_conf(conf)
-    problem = migration.start_problem(db, wait=conf.database.startup_wait)
+    problem = migration.start_problem(db, wait=DatabaseSettings.from_conf(conf).startup_wait)
     if problem is not None:
         db.dispose()
         raise SystemExit(f"exosuit-conductor: {problem}")
@@ -37,11 +38,10 @@ def _database(conf):
 
 def _run(args) -> int:
     from exosuit.conductor.worker import Conductor
-    from exosuit.conf import make_conf
 
     overrides = {"conductor.workers": args.workers} if args.workers else {}
     conf = make_conf(args.config_file, **overrides)
-    setup_logging(conf.debug)
+    setup_logging(DefaultSettings.from_conf(conf).debug)
     db = _database(conf)
     conductor = Conductor(conf, db)
 
@@ -71,7 +71,6 @@ def _run(args) -> int:
 
 
 def _status(args) -> int:
-    from exosuit.conf import make_conf
     from exosuit.db import jobs
 
     conf = make_conf(args.config_file)
@@ -122,7 +121,6 @@ def _row(job: dict) -> tuple[str, ...]:
 
 
 def _retry(args) -> int:
-    from exosuit.conf import make_conf
     from exosuit.db import jobs
 
     conf = make_conf(args.config_file)

@@ -19,6 +19,7 @@ import logging
 from typing import Any
 
 from exosuit import notifications
+from exosuit.conf import AuditSettings, ConductorSettings
 from exosuit.db import audit as audit_db
 from exosuit.jobs import JobContext, JobKind, Service
 
@@ -34,7 +35,7 @@ PURGE_BATCH = 1000
 
 def interval(conf: Any) -> float:
     """How often the sweep runs: ``[conductor] audit_sweep_interval`` (0: never)."""
-    return float(conf.conductor.audit_sweep_interval)
+    return float(ConductorSettings.from_conf(conf).audit_sweep_interval)
 
 
 def publish(ctx: JobContext, payload: dict[str, Any]) -> None:
@@ -58,7 +59,7 @@ def publish(ctx: JobContext, payload: dict[str, Any]) -> None:
 
 def sweep(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Purge the records past ``[audit] retention``; queue a publish while any is pending."""
-    retention = float(ctx.conf.audit.retention)
+    retention = float(AuditSettings.from_conf(ctx.conf).retention)
     purged = 0
     while retention > 0 and ctx.heartbeat():
         deleted = ctx.db.write(audit_db.purge, retention, limit=PURGE_BATCH)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from exosuit.conf import ClaimsSettings, ConductorSettings
 from exosuit.db import claims as claims_db
 from exosuit.jobs import JobContext, JobKind
 
@@ -23,7 +24,7 @@ LOG = logging.getLogger(__name__)
 
 def interval(conf: Any) -> float:
     """How often the sweep runs: ``[conductor] claim_sweep_interval`` (0: never)."""
-    return float(conf.conductor.claim_sweep_interval)
+    return float(ConductorSettings.from_conf(conf).claim_sweep_interval)
 
 
 def sweep(ctx: JobContext, payload: dict[str, Any]) -> None:
@@ -33,7 +34,8 @@ def sweep(ctx: JobContext, payload: dict[str, Any]) -> None:
             return
         if ctx.db.write(claims_db.release_expired, uuid):
             LOG.info("claim %s expired: released", uuid)
-    purged = ctx.db.write(claims_db.purge_released, float(ctx.conf.claims.retention))
+    retention = float(ClaimsSettings.from_conf(ctx.conf).retention)
+    purged = ctx.db.write(claims_db.purge_released, retention)
     if purged:
         LOG.info("%d released claim(s) purged", purged)
 

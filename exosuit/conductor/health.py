@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from exosuit.conf import ConductorSettings, HealthGroupSettings
 from exosuit.db import health as health_db
 from exosuit.jobs import JobContext, JobKind
 
@@ -25,12 +26,13 @@ LOG = logging.getLogger(__name__)
 
 def interval(conf: Any) -> float:
     """How often the sweep runs: ``[conductor] health_sweep_interval`` (0: never)."""
-    return float(conf.conductor.health_sweep_interval)
+    return float(ConductorSettings.from_conf(conf).health_sweep_interval)
 
 
 def sweep(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Offer the recovered devices again (idempotent)."""
-    recovered = ctx.db.write(health_db.recover, float(ctx.conf.health.recover_after))
+    recover_after = float(HealthGroupSettings.from_conf(ctx.conf).recover_after)
+    recovered = ctx.db.write(health_db.recover, recover_after)
     for uuid in recovered:
         LOG.info("device %s healthy for [health] recover_after: offered again", uuid)
 

@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from exosuit.conductor import audit, claims, health, programs
+from exosuit.conf import ConductorSettings
 from exosuit.jobs import Handler, Interval, JobKind, Service
 from exosuit.nova import notify
 from exosuit.placement import claims as placement_claims
@@ -61,7 +62,10 @@ def load(conf: Any) -> Registry:
     """The in-tree kinds and services plus those of ``[conductor] handler_modules``."""
     modules = [
         *IN_TREE,
-        *(importlib.import_module(name) for name in conf.conductor.handler_modules),
+        *(
+            importlib.import_module(name)
+            for name in ConductorSettings.from_conf(conf).handler_modules
+        ),
     ]
     kinds: list[JobKind] = []
     services: list[Service] = []

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from exosuit.conf import ConductorSettings, DefaultSettings
 from exosuit.db import arqs as arqs_db
 from exosuit.db import programs as programs_db
 from exosuit.jobs import JobContext, JobKind
@@ -27,23 +28,24 @@ LOG = logging.getLogger(__name__)
 
 def interval(conf: Any) -> float:
     """How often the sweep runs: ``[conductor] program_sweep_interval`` (0: never)."""
-    return float(conf.conductor.program_sweep_interval)
+    return float(ConductorSettings.from_conf(conf).program_sweep_interval)
 
 
 def sweep(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Fail the expired programs, one transaction each (idempotent: an ended program
     is left alone)."""
+    timeouts = DefaultSettings.from_conf(ctx.conf)
     expired = ctx.db.read(
         programs_db.expired,
-        program_timeout=ctx.conf.program_timeout,
-        bind_timeout=ctx.conf.bind_timeout,
+        program_timeout=timeouts.program_timeout,
+        bind_timeout=timeouts.bind_timeout,
     )
     for uuid in expired:
         if not ctx.heartbeat():
             return
         reason = (
             "timed out: its host did not finish it within [DEFAULT] program_timeout "
-            f"({ctx.conf.program_timeout} s)"
+            f"({timeouts.program_timeout} s)"
         )
         if ctx.db.write(arqs_db.time_out_program, uuid, reason):
             LOG.warning("program %s failed: %s", uuid, reason)

@@ -38,6 +38,7 @@ from typing import Any
 from exosuit import exceptions
 from exosuit.backoff import backoff_delay
 from exosuit.conductor import kinds
+from exosuit.conf import ConductorSettings
 from exosuit.db import audit
 from exosuit.db import jobs as jobs_db
 from exosuit.db.jobs import FAILED, PENDING, SUCCEEDED, ClaimedJob
@@ -113,7 +114,7 @@ class Settings:
 
     @classmethod
     def from_conf(cls, conf) -> Settings:
-        group = conf.conductor
+        group = ConductorSettings.from_conf(conf)
         return cls(
             poll_interval=group.poll_interval,
             lease_seconds=group.lease_seconds,
@@ -479,7 +480,7 @@ class Conductor:
         self.handlers = registry.handlers
         self.periodic = registry.periodic if periodic is None else periodic
         self.services = Services(conf, registry.services)
-        count = conf.conductor.workers if workers is None else workers
+        count = ConductorSettings.from_conf(conf).workers if workers is None else workers
         self.workers = [
             Worker(
                 conf,

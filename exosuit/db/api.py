@@ -218,7 +218,7 @@ class Database:
 
 def notifications_configured(conf: Any) -> bool:
     """Whether ``[oslo_messaging_notifications] driver`` names a driver (not ``noop``):
-    the group is oslo.messaging's, registered by exosuit/conf.py when a configuration
+    the group is oslo.messaging's, registered by exosuit/conf/ when a configuration
     file or an override sets it."""
     if "oslo_messaging_notifications" not in conf:
         return False

@@ -41,7 +41,7 @@ from exosuit.drivers.base import (
 from exosuit.drivers.sysfs import Sysfs
 
 # The SDK (re-exported by exosuit.drivers). ``OPTIONS`` are the agent's [health] group
-# (exosuit/conf.py registers them), not a driver's.
+# (exosuit/conf/health.py registers them), not a driver's.
 __all__ = ["CounterWindow", "HealthSettings", "PciHealth", "hwmon_health"]
 
 # NVIDIA's XIDs (the "Xid Errors" document of the GPU deployment guide) that mean the GPU

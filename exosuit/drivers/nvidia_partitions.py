@@ -71,7 +71,7 @@ class MdevPartitions:
     _partition_types_here: dict[str, str]
     _on_demand_here: dict[str, int]
 
-    if TYPE_CHECKING:  # the driver's helpers (exosuit/drivers/nvidia_gpu.py)
+    if TYPE_CHECKING:  # the driver's helpers (exosuit/drivers/nvidia/vgpu.py, discovery.py)
 
         def _mdev_parents(self, gpu: PciFunction) -> list[str]: ...
         def _type_dir(self, parent: str, vgpu_type: str, *rest: str) -> tuple[str, ...]: ...

@@ -8,8 +8,8 @@ that every invariant held and that the faults and the load really happened. Noth
 depends on the machine's speed: the campaign's waits are bounded by generous deadlines
 and no duration is asserted.
 
-``test_checks_find_violations`` shows that the campaign's checks are not vacuous: on
-a database put by hand into each bad state, each check reports it.
+``test_checks_find_violations`` shows that the campaign's checks (bench/invariants.py)
+are not vacuous: on a database put by hand into each bad state, each check reports it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,15 @@ import pytest
 import sqlalchemy as sa
 
 from bench._common import PrivatePostgres
-from bench.chaos import Arq, Campaign, parse_args
+from bench.chaos import parse_args
+from bench.invariants import (
+    Arq,
+    check_double_holders,
+    check_handles,
+    check_inventory,
+    check_ledger,
+    check_stuck,
+)
 from exosuit.db import arqs as arqs_db
 from exosuit.db import device_profiles, inventory, models
 from tests.conftest import MYSQL_URL, require
@@ -114,20 +122,21 @@ def _bound_host(db):
     return first["uuid"], second["uuid"], rp_uuid, instance
 
 
-def test_checks_find_violations(database, tmp_path):
-    campaign = Campaign(parse_args(["--sim-hosts", "1", "--agents", "0"]), "sqlite", str(tmp_path))
+def test_checks_find_violations(database):
+    # The campaign's bind_timeout, as it checks with it.
+    bind_timeout = parse_args(["--sim-hosts", "1", "--agents", "0"]).bind_timeout
     bound, created, rp_uuid, instance = _bound_host(database)
-    campaign.ledger = {
+    ledger = {
         bound: Arq(bound, instance, "p", "bound", HOST, rp_uuid),
         created: Arq(created, "-", "p", "created"),
     }
-    campaign.sim_acked[HOST] = snapshot(HOST, [fpga("0000:21:00.0", handles=4)])
+    acked = {HOST: snapshot(HOST, [fpga("0000:21:00.0", handles=4)])}
     # A consistent state: nothing to report.
-    assert campaign.check_double_holders(database) == []
-    assert campaign.check_handles(database) == []
-    assert campaign.check_stuck(database) == []
-    assert campaign.check_ledger(database) == []
-    assert campaign.check_inventory(database) == []
+    assert check_double_holders(database) == []
+    assert check_handles(database) == []
+    assert check_stuck(database, bind_timeout) == []
+    assert check_ledger(database, ledger) == []
+    assert check_inventory(database, [HOST], acked) == []
 
     arq, ah = models.accelerator_requests, models.attach_handles
 
@@ -145,25 +154,23 @@ def test_checks_find_violations(database, tmp_path):
     # A held handle not in use, and a free one in use.
     update(ah, ah.c.id == handle, in_use=False)
     update(ah, ah.c.id != handle, in_use=True)
-    problems = campaign.check_handles(database)
+    problems = check_handles(database)
     assert any("not in use" in p for p in problems), problems
     assert sum("held by no ARQ" in p for p in problems) == 3, problems
     # An ARQ BindStarted since longer than bind_timeout.
-    long_ago = models.utcnow() - dt.timedelta(seconds=campaign.args.bind_timeout + 5)
+    long_ago = models.utcnow() - dt.timedelta(seconds=bind_timeout + 5)
     update(arq, arq.c.uuid == created, state="BindStarted", updated_at=long_ago)
-    assert [p for p in campaign.check_stuck(database) if created in p], campaign.check_stuck(
-        database
+    assert [p for p in check_stuck(database, bind_timeout) if created in p], check_stuck(
+        database, bind_timeout
     )
     # Acknowledged writes missing: the bound ARQ unbound behind the client's back, the
     # created one gone, one said deleted still there.
     update(arq, arq.c.uuid == bound, state="Unbound")
     database.write(lambda conn: conn.execute(sa.delete(arq).where(arq.c.uuid == created)))
     ghost = database.write(arqs_db.create, profile_name="p", project_id=None, handles_per_unit={})
-    campaign.ledger[ghost[0]["uuid"]] = Arq(ghost[0]["uuid"], "-", "p", "deleted")
-    problems = campaign.check_ledger(database)
+    ledger[ghost[0]["uuid"]] = Arq(ghost[0]["uuid"], "-", "p", "deleted")
+    problems = check_ledger(database, ledger)
     assert len(problems) == 3, problems
     # The host's inventory is not its last acknowledged report.
-    campaign.sim_acked[HOST] = snapshot(
-        HOST, [fpga("0000:21:00.0", handles=4), fpga("0000:22:00.0", handles=4)]
-    )
-    assert campaign.check_inventory(database), "a missing device was not reported"
+    acked[HOST] = snapshot(HOST, [fpga("0000:21:00.0", handles=4), fpga("0000:22:00.0", handles=4)])
+    assert check_inventory(database, [HOST], acked), "a missing device was not reported"

@@ -11,6 +11,7 @@ from typing import Any
 
 from exosuit import schemas
 from exosuit.api import wsgi
+from exosuit.api.describe import BOOL, INT, SNAPSHOT, STR, Handler, Operation, Schema, obj, ref
 from exosuit.api.policies import agent as policies
 from exosuit.db import changes, models
 from exosuit.db import desired_state as desired_db
@@ -323,3 +324,37 @@ def _stale(known: db.HostReport, resolution: float) -> bool:
     if known.last_report_at is None:
         return True
     return (models.utcnow() - known.last_report_at).total_seconds() >= resolution
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {
+    "DesiredState": obj(
+        {
+            "generation": INT,
+            "programs": {"type": "array", "items": {"type": "object"}},
+            "discovery": {"type": ["object", "null"]},
+            "drivers": {"type": "object"},
+            "activations": {"type": "array", "items": {"type": "object"}},
+            "partitions": {"type": "array", "items": {"type": "object"}},
+            "slices": {"type": "array", "items": {"type": "object"}},
+            "containers": {"type": "array", "items": {"type": "object"}},
+        }
+    ),
+    "InventoryAnswer": obj(
+        {"hostname": STR, "hash": STR, "changed": BOOL, "desired_state": ref("DesiredState")}
+    ),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    put_inventory: Operation(
+        "A host's complete inventory snapshot (or its hash only)",
+        errors=(412, 429),
+        body=ref(SNAPSHOT),
+        returns=ref("InventoryAnswer"),
+    ),
+    get_desired_state: Operation(
+        "A host's desired state", ok=(200, 304), returns=ref("DesiredState")
+    ),
+}

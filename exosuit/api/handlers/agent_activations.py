@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from exosuit import exceptions
 from exosuit.api import wsgi
+from exosuit.api.describe import Handler, Operation, Schema, obj, ref
 from exosuit.api.policies import agent as policies
 from exosuit.api.schemas import agent_activations as schema
 from exosuit.db import activations as db
+from exosuit.db import desired_state as desired_db
 
 
 def put_activation(req: wsgi.Request):
@@ -35,3 +37,20 @@ def put_activation(req: wsgi.Request):
         reason=body.get("reason"),
     )
     return wsgi.json_response(200, {"activation": activation})
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {
+    "Activation": obj({"activation": {"enum": list(desired_db.STATES)}}),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    put_activation: Operation(
+        "A host reports a device's install or uninstall step",
+        errors=(404, 409),
+        body=schema.PUT_ACTIVATION_V1,
+        returns=ref("Activation"),
+    ),
+}

@@ -4,6 +4,7 @@ work a bind waits for (doc/agent-api.md, doc/arq-states.md)."""
 from __future__ import annotations
 
 from exosuit.api import wsgi
+from exosuit.api.describe import NSTR, STR, Handler, Operation, Schema, obj, ref
 from exosuit.api.policies import agent as policies
 from exosuit.api.schemas import agent_arqs as schema
 from exosuit.db import arqs as db
@@ -29,3 +30,20 @@ def put_host_work(req: wsgi.Request):
     return wsgi.json_response(
         200, {"uuid": arq["uuid"], "hostname": arq["hostname"], "state": arq["state"]}
     )
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {
+    "HostWork": obj({"uuid": STR, "hostname": NSTR, "state": STR}),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    put_host_work: Operation(
+        "A host reports the work a bind waits for",
+        errors=(404, 409),
+        body=schema.PUT_HOST_WORK_V1,
+        returns=ref("HostWork"),
+    ),
+}

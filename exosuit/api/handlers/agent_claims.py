@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from exosuit import exceptions
 from exosuit.api import wsgi
+from exosuit.api.describe import NSTR, STR, Handler, Operation, Schema, obj, ref
 from exosuit.api.policies import agent as policies
 from exosuit.api.schemas import claims as schema
 from exosuit.db import claims as db
@@ -33,3 +34,25 @@ def put_claim(req: wsgi.Request):
         devices=body.get("devices") or [],
     )
     return wsgi.json_response(200, {"claim": uuid, "cdi": cdi})
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {
+    "ClaimCDI": obj(
+        {
+            "claim": STR,
+            "cdi": obj({"state": {"enum": ["written", "failed"]}, "reason": NSTR}),
+        }
+    ),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    put_claim: Operation(
+        "A host reports a claim's CDI spec files",
+        errors=(404,),
+        body=schema.PUT_AGENT_CLAIM_V1,
+        returns=ref("ClaimCDI"),
+    ),
+}

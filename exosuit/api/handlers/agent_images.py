@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from exosuit.api import streaming, wsgi
+from exosuit.api.describe import Handler, Operation, Schema
 from exosuit.api.policies import agent as policies
 from exosuit.glance import sources
 
@@ -23,3 +24,18 @@ def get_image_data(req: wsgi.Request):
         req.app.conf, req.app.db, req.arg("image_uuid"), token=req.context.auth_token
     )
     return streaming.file_response(stream, size, sha256)
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    get_image_data: Operation(
+        "An image's data, for the host that programs it",
+        ok=(200, 206, 304),
+        errors=(404, 409, 416, 502),
+        media="application/octet-stream",
+    ),
+}

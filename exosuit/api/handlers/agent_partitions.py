@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from exosuit import exceptions
 from exosuit.api import wsgi
+from exosuit.api.describe import Handler, Operation, Schema, obj, ref
 from exosuit.api.policies import agent as policies
 from exosuit.api.schemas import partitions as schema
 from exosuit.db import partitions as db
@@ -32,3 +33,20 @@ def put_partition(req: wsgi.Request):
         reason=body.get("reason"),
     )
     return wsgi.json_response(200, {"state": state})
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {
+    "PartitionOutcome": obj({"state": {"enum": ["applying", "applied", "failed"]}}),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    put_partition: Operation(
+        "A host reports how it applied a device's partition layout",
+        errors=(404, 409),
+        body=schema.PUT_PARTITION_OUTCOME_V1,
+        returns=ref("PartitionOutcome"),
+    ),
+}

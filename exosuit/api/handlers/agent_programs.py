@@ -4,6 +4,7 @@ progress (doc/programming.md, "Agent protocol")."""
 from __future__ import annotations
 
 from exosuit.api import wsgi
+from exosuit.api.describe import Handler, Operation, Schema, ref
 from exosuit.api.handlers import programs
 from exosuit.api.policies import agent as policies
 from exosuit.api.schemas import agent_programs as schema
@@ -32,3 +33,18 @@ def put_program(req: wsgi.Request):
     )
     program = req.app.db.write(db.report_program, req.arg("hostname"), req.arg("uuid"), report)
     return wsgi.json_response(200, programs.serialize(program))
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    put_program: Operation(
+        "A host reports a program's progress",
+        errors=(404, 409),
+        body=schema.PUT_PROGRAM_V1,
+        returns=ref("Program"),
+    ),
+}

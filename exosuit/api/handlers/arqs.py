@@ -7,6 +7,23 @@ from typing import cast
 
 from exosuit import exceptions
 from exosuit.api import pagination, wsgi
+from exosuit.api.describe import (
+    CSV,
+    LINKS,
+    NINT,
+    NSTR,
+    STR,
+    TIME,
+    UUID_FORMAT,
+    Handler,
+    Operation,
+    Schema,
+    list_of,
+    obj,
+    paged,
+    query,
+    ref,
+)
 from exosuit.api.handlers import programs
 from exosuit.api.policies import arqs as policies
 from exosuit.api.schemas import arqs as schema
@@ -300,3 +317,83 @@ def delete_arq(req: wsgi.Request):
     """204: delete one ARQ (as ``?arqs=<uuid>``)."""
     req.app.authorize(req, policies.DELETE)
     return _delete_uuids(req, [req.arg("uuid").lower()])
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+_ARQ_PATCH_ONE: Schema = {
+    "description": "Nova's map naming this ARQ only, or just its list of operations",
+    "anyOf": [schema.PATCH_ARQS_V2_0, schema.PATCH_ARQS_V2_0["additionalProperties"]],
+}
+
+
+SHAPES: dict[str, Schema] = {
+    "AcceleratorRequest": obj(
+        {
+            "uuid": STR,
+            "state": {"enum": list(db.STATES)},
+            "device_profile_name": NSTR,
+            "device_profile_group_id": NINT,
+            "hostname": NSTR,
+            "device_rp_uuid": NSTR,
+            "instance_uuid": NSTR,
+            "project_id": NSTR,
+            "attach_handle_type": NSTR,
+            "attach_handle_uuid": NSTR,
+            "attach_handle_info": {"type": ["object", "null"]},
+            "created_at": TIME,
+            "updated_at": TIME,
+            "links": LINKS,
+        },
+        {"claim_uuid": {"description": "from 2.8: the claim that holds it", **NSTR}},
+    ),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    list_arqs: Operation(
+        "List accelerator requests",
+        errors=(423,),
+        query=(
+            query("instance", UUID_FORMAT, "Only the instance's ARQs."),
+            query("bind_state", {"enum": ["resolved"]}, "With instance: 423 until resolved."),
+            query("state", STR, f"From 2.4: only these states ({CSV})."),
+            query("hostname", STR, "From 2.4: only this host's."),
+            query("device_profile_name", STR, "From 2.4: only this profile's."),
+            *paged(SORT_KEYS),
+        ),
+        returns=list_of("arqs", "AcceleratorRequest"),
+    ),
+    create_arqs: Operation(
+        "Create accelerator requests from a device profile",
+        ok=(201,),
+        errors=(404, 409),
+        body=schema.POST_ARQS_V2_0,
+        returns=obj({"arqs": {"type": "array", "items": ref("AcceleratorRequest")}}),
+    ),
+    patch_arqs: Operation(
+        "Bind or unbind accelerator requests",
+        ok=(202,),
+        errors=(404, 409),
+        body=schema.PATCH_ARQS_V2_0,
+    ),
+    delete_arqs: Operation(
+        "Delete accelerator requests (by uuids or instance)",
+        ok=(204,),
+        errors=(404, 409),
+        query=(
+            query("arqs", STR, f"ARQ UUIDs ({CSV})."),
+            query("instance", UUID_FORMAT, "Every ARQ of the instance."),
+        ),
+    ),
+    get_arq: Operation(
+        "Show an accelerator request", errors=(404,), returns=ref("AcceleratorRequest")
+    ),
+    patch_arq: Operation(
+        "Bind or unbind one accelerator request",
+        ok=(202,),
+        errors=(404, 409),
+        body=_ARQ_PATCH_ONE,
+    ),
+    delete_arq: Operation("Delete an accelerator request", ok=(204,), errors=(404, 409)),
+}

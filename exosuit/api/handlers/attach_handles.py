@@ -5,6 +5,22 @@ from __future__ import annotations
 
 from exosuit import exceptions
 from exosuit.api import pagination, wsgi
+from exosuit.api.describe import (
+    BOOL,
+    LINKS,
+    STR,
+    TEXT,
+    TIME,
+    UUID_FORMAT,
+    Handler,
+    Operation,
+    Schema,
+    list_of,
+    obj,
+    paged,
+    query,
+    ref,
+)
 from exosuit.api.policies import attach_handles as policies
 from exosuit.db import attach_handles as db
 
@@ -85,3 +101,44 @@ def get_attach_handle(req: wsgi.Request):
         raise exceptions.AttachHandleNotFound(uuid=uuid)
     handle = req.app.db.read(db.get, uuid)
     return wsgi.json_response(200, _serialize(req, handle))
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {
+    "AttachHandle": obj(
+        {
+            "uuid": STR,
+            "hostname": STR,
+            "device_uuid": STR,
+            "deployable_uuid": STR,
+            "deployable_name": STR,
+            "attach_type": STR,
+            "attach_info": {"type": "object"},
+            "in_use": BOOL,
+            "presence": STR,
+            "holder": {"type": ["object", "null"]},
+            "created_at": TIME,
+            "updated_at": TIME,
+            "links": LINKS,
+        }
+    ),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    list_attach_handles: Operation(
+        "List attach handles",
+        query=(
+            query("hostname", TEXT, "Only this host's."),
+            query("device_uuid", UUID_FORMAT, "Only this device's."),
+            query("deployable_uuid", UUID_FORMAT, "Only this deployable's."),
+            query("in_use", {"enum": ["true", "false"]}, "Held or free."),
+            *paged(SORT_KEYS),
+        ),
+        returns=list_of("attach_handles", "AttachHandle"),
+    ),
+    get_attach_handle: Operation(
+        "Show an attach handle", errors=(404,), returns=ref("AttachHandle")
+    ),
+}

@@ -3,6 +3,20 @@
 from __future__ import annotations
 
 from exosuit.api import pagination, wsgi
+from exosuit.api.describe import (
+    INT,
+    LINKS,
+    STR,
+    TIME,
+    Handler,
+    Operation,
+    Schema,
+    list_of,
+    obj,
+    paged,
+    query,
+    ref,
+)
 from exosuit.api.policies import attributes as policies
 from exosuit.api.schemas import attributes as schema
 from exosuit.db import attributes as db
@@ -64,3 +78,56 @@ def delete_attribute(req: wsgi.Request):
     req.app.authorize(req, policies.DELETE)
     req.app.db.write(db.delete, req.arg("uuid"))
     return wsgi.json_response(204)
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+_ATTRIBUTE_BODY: Schema = {
+    "anyOf": [
+        schema.POST_ATTRIBUTE_V2_0,
+        {
+            "description": "openstacksdk's form: the attribute wrapped in ``attribute``",
+            "type": "object",
+            "properties": {"attribute": schema.POST_ATTRIBUTE_V2_0},
+            "required": ["attribute"],
+            "additionalProperties": False,
+        },
+    ]
+}
+
+
+SHAPES: dict[str, Schema] = {
+    "Attribute": obj(
+        {
+            "uuid": STR,
+            "deployable_id": INT,
+            "key": STR,
+            "value": STR,
+            "created_at": TIME,
+            "updated_at": TIME,
+            "links": LINKS,
+        }
+    ),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    list_attributes: Operation(
+        "List attributes",
+        query=(
+            query("deployable_id", INT, "Only this deployable's."),
+            query("key", STR, "Only this key."),
+            *paged(SORT_KEYS),
+        ),
+        returns=list_of("attributes", "Attribute"),
+    ),
+    create_attribute: Operation(
+        "Create an attribute",
+        ok=(201,),
+        errors=(404, 409),
+        body=_ATTRIBUTE_BODY,
+        returns=ref("Attribute"),
+    ),
+    get_attribute: Operation("Show an attribute", errors=(404,), returns=ref("Attribute")),
+    delete_attribute: Operation("Delete an attribute", ok=(204,), errors=(404,)),
+}

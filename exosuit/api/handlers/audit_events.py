@@ -8,6 +8,21 @@ import re
 
 from exosuit import exceptions, notifications
 from exosuit.api import pagination, wsgi
+from exosuit.api.describe import (
+    INT,
+    LINKS,
+    NSTR,
+    STR,
+    TEXT,
+    Handler,
+    Operation,
+    Schema,
+    list_of,
+    obj,
+    paged,
+    query,
+    ref,
+)
 from exosuit.api.policies import audit_events as policies
 from exosuit.db import audit as db
 
@@ -95,3 +110,43 @@ def get_audit_event(req: wsgi.Request):
         raise exceptions.AuditEventNotFound(ident=ident)
     event = req.app.db.read(db.get_event, int(ident))
     return wsgi.json_response(200, _serialize(req, event))
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {
+    "AuditEvent": obj(
+        {
+            "id": INT,
+            "time": STR,
+            "action": STR,
+            "object_type": STR,
+            "object_uuid": NSTR,
+            "host": NSTR,
+            "actor": STR,
+            "user_id": NSTR,
+            "project_id": NSTR,
+            "request_id": NSTR,
+            "before": {"type": ["object", "null"]},
+            "after": {"type": ["object", "null"]},
+            "links": LINKS,
+        }
+    ),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    list_audit_events: Operation(
+        "List the audit trail (2.9), newest first",
+        query=(
+            *(query(name, TEXT, f"Only those whose {name} is this.") for name in db.FILTERS),
+            query("since", STR, "Only those made at or after this ISO 8601 time."),
+            query("until", STR, "Only those made before this ISO 8601 time."),
+            *paged(PAGING),
+        ),
+        returns=list_of("audit_events", "AuditEvent"),
+    ),
+    get_audit_event: Operation(
+        "Show an audit record (2.9)", errors=(404,), returns=ref("AuditEvent")
+    ),
+}

@@ -9,6 +9,23 @@ from typing import Any
 
 from exosuit import exceptions
 from exosuit.api import pagination, wsgi
+from exosuit.api.describe import (
+    BOOL,
+    CSV,
+    LINKS,
+    NSTR,
+    STR,
+    TEXT,
+    TIME,
+    Handler,
+    Operation,
+    Schema,
+    list_of,
+    obj,
+    paged,
+    query,
+    ref,
+)
 from exosuit.api.handlers import programs
 from exosuit.api.policies import claims as policies
 from exosuit.api.schemas import claims as schema
@@ -226,3 +243,75 @@ def renew_claim(req: wsgi.Request):
     body = wsgi.extract_json(req, schema.POST_RENEW_V2_8)
     claim = req.app.db.write(db.renew, _uuid(req), _scope(req), body["expires_in"])
     return wsgi.json_response(200, _serialize(req, claim))
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {
+    "Claim": obj(
+        {
+            "uuid": STR,
+            "project_id": NSTR,
+            "user_id": NSTR,
+            "consumer": NSTR,
+            "hostname": NSTR,
+            "device_profile_name": {"description": "null: it named its attach handles", **NSTR},
+            "state": {"enum": list(db.STATES)},
+            "reason": NSTR,
+            "container": BOOL,
+            "expires_at": {**TIME, "description": "ISO 8601, UTC; null: never"},
+            "created_at": TIME,
+            "released_at": TIME,
+            "devices": {
+                "type": "array",
+                "items": obj(
+                    {
+                        "arq_uuid": STR,
+                        "device_uuid": NSTR,
+                        "deployable_uuid": NSTR,
+                        "rp_uuid": NSTR,
+                        "attach_handle_uuid": NSTR,
+                        "attach_handle_type": NSTR,
+                        "attach_handle_info": {"type": ["object", "null"]},
+                        "cdi_device": {
+                            "description": "exosuit.dev/<class>=<claim uuid>-<n> (container)",
+                            **NSTR,
+                        },
+                    }
+                ),
+            },
+            "cdi": obj({"state": {"enum": [*db.CDI_STATES, None]}, "reason": NSTR}),
+            "links": LINKS,
+        }
+    ),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    create_claim: Operation(
+        "Claim devices: bound by Exosuit on one host, without Nova (2.8)",
+        ok=(201, 202),
+        errors=(404, 409),
+        body=schema.POST_CLAIM_V2_8,
+        returns=ref("Claim"),
+    ),
+    list_claims: Operation(
+        "List claims",
+        query=(
+            query("project", TEXT, "An admin: only this project's."),
+            query("hostname", TEXT, "Only this host's."),
+            query("state", STR, f"Only these states ({CSV}: {', '.join(db.STATES)})."),
+            query("consumer", TEXT, "Only this consumer's."),
+            *paged(PAGING),
+        ),
+        returns=list_of("claims", "Claim"),
+    ),
+    get_claim: Operation("Show a claim", errors=(404,), returns=ref("Claim")),
+    delete_claim: Operation("Release a claim (idempotent)", ok=(204,), errors=(404,)),
+    renew_claim: Operation(
+        "Move a claim's expiry",
+        errors=(404, 409),
+        body=schema.POST_RENEW_V2_8,
+        returns=ref("Claim"),
+    ),
+}

@@ -17,6 +17,7 @@ import webob
 
 from exosuit.api import wsgi
 from exosuit.api.dashboard import keystone
+from exosuit.api.describe import NSTR, STR, Handler, Operation, Schema, obj, ref
 
 _PACKAGE = "exosuit.api.dashboard"
 
@@ -119,3 +120,30 @@ def sign_in(req: wsgi.Request):
         "roles": list(signed_in.roles),
     }
     return wsgi.json_response(200, body, [("Cache-Control", "no-store")])
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {
+    "SignedIn": obj(
+        {
+            "token": STR,
+            "expires_at": NSTR,
+            "user": {},
+            "project": {},
+            "roles": {"type": "array", "items": STR},
+        }
+    ),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    page: Operation("The dashboard's page", media="text/html"),
+    static: Operation("A file of the dashboard", errors=(404,), media="*/*"),
+    sign_in: Operation(
+        "Sign in with Keystone (409 under noauth)",
+        errors=(401, 409, 502),
+        body=SIGN_IN_SCHEMA,
+        returns=ref("SignedIn"),
+    ),
+}

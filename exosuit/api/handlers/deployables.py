@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from exosuit.api import pagination, wsgi
+from exosuit.api.describe import (
+    INT,
+    LINKS,
+    NBOOL,
+    NINT,
+    NSTR,
+    STR,
+    TIME,
+    Handler,
+    Operation,
+    Schema,
+    list_of,
+    obj,
+    paged,
+    ref,
+)
 from exosuit.api.handlers import programs
 from exosuit.api.policies import deployables as policies
 from exosuit.api.schemas import deployables as schema
@@ -135,3 +152,69 @@ def get_program(req: wsgi.Request):
         raise wsgi.ApiError(400, f"Invalid UUID {uuid!r}.", "exosuit.query.uuid")
     program = req.app.db.read(programs_db.latest_of_deployable, uuid)
     return wsgi.json_response(200, programs.serialize(program))
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+_PROGRAM = Operation(
+    "Program a deployable (2.6: 202 with the program; below, waits and answers the deployable)",
+    ok=(200, 202),
+    errors=(404, 409, 502),
+    body=schema.PROGRAM_V2_0,
+    returns={"anyOf": [ref("Deployable"), obj({"program": ref("Program")})]},
+)
+
+
+SHAPES: dict[str, Schema] = {
+    "Deployable": obj(
+        {
+            "uuid": STR,
+            "parent_id": NINT,
+            "root_id": NINT,
+            "name": STR,
+            "num_accelerators": INT,
+            "device_id": NINT,
+            "attributes_list": {"type": "string", "description": "a JSON list, as Cyborg"},
+            "rp_uuid": NSTR,
+            "driver_name": NSTR,
+            "bitstream_id": NSTR,
+            "created_at": TIME,
+            "updated_at": TIME,
+            "links": LINKS,
+        }
+    ),
+    "Program": obj(
+        {
+            "uuid": STR,
+            "deployable_uuid": NSTR,
+            "device_uuid": NSTR,
+            "hostname": NSTR,
+            "image_uuid": STR,
+            "image_source": STR,
+            "function_id": NSTR,
+            "state": STR,
+            "reason": NSTR,
+            "previous_image_uuid": NSTR,
+            "restored": NBOOL,
+            "arq_uuid": NSTR,
+            "created_at": TIME,
+            "updated_at": TIME,
+            "finished_at": TIME,
+        }
+    ),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    list_deployables: Operation(
+        "List deployables",
+        query=paged(SORT_KEYS),
+        returns=list_of("deployables", "Deployable"),
+    ),
+    get_deployable: Operation("Show a deployable", errors=(404,), returns=ref("Deployable")),
+    program_deployable: _PROGRAM,
+    program_deployable_again: dataclasses.replace(
+        _PROGRAM, summary="The same, where openstacksdk sends it (both UUIDs the deployable's)"
+    ),
+    get_program: Operation("A deployable's latest program", errors=(404,), returns=ref("Program")),
+}

@@ -2,7 +2,25 @@
 
 from __future__ import annotations
 
+import copy
+import re
+
 from exosuit.api import pagination, wsgi
+from exosuit.api.describe import (
+    CSV,
+    LINKS,
+    NSTR,
+    STR,
+    TIME,
+    Handler,
+    Operation,
+    Schema,
+    list_of,
+    obj,
+    paged,
+    query,
+    ref,
+)
 from exosuit.api.policies import device_profiles as policies
 from exosuit.api.schemas import device_profiles as schema
 from exosuit.db import device_profiles as db
@@ -87,3 +105,68 @@ def delete_profile(req: wsgi.Request):
 def delete_profiles(req: wsgi.Request):
     """204. ``?value=`` is a UUID or a comma-separated list of names (all or none)."""
     return _delete(req, req.GET.get("value", ""))
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+
+def _profile_body() -> Schema:
+    """The profile body, its group keys as the handler checks them after the schema
+    (exosuit.api.schemas.device_profiles.normalize_groups): prefixed by what they ask for."""
+    body: Schema = copy.deepcopy(schema.POST_DEVICE_PROFILE_V2_0)
+    group = body["items"]["properties"]["groups"]["items"]
+    prefixes = "|".join(re.escape(p) for p in schema._PREFIXES)
+    group["propertyNames"] = {**group["propertyNames"], "pattern": f"^({prefixes})"}
+    group["description"] = (
+        "resources:<RC> (a standard or CUSTOM_ resource class): a positive integer; "
+        "trait:<TRAIT> (standard or CUSTOM_): required or forbidden; accel:<key>: free"
+    )
+    return body
+
+
+SHAPES: dict[str, Schema] = {
+    "DeviceProfile": obj(
+        {
+            "uuid": STR,
+            "name": STR,
+            "description": NSTR,
+            "groups": {"type": "array", "items": {"type": "object"}},
+            "created_at": TIME,
+            "updated_at": TIME,
+            "links": LINKS,
+        }
+    ),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    list_profiles: Operation(
+        "List device profiles",
+        query=(
+            query("name", STR, f"Only these names ({CSV})."),
+            *paged(SORT_KEYS),
+        ),
+        returns=list_of("device_profiles", "DeviceProfile"),
+    ),
+    create_profile: Operation(
+        "Create a device profile",
+        ok=(201,),
+        errors=(409,),
+        body=_profile_body(),
+        returns=ref("DeviceProfile"),
+    ),
+    delete_profiles: Operation(
+        "Delete device profiles",
+        ok=(204,),
+        errors=(404, 409),
+        query=(query("value", STR, f"A UUID, or names ({CSV}).", required=True),),
+    ),
+    get_profile: Operation(
+        "Show a device profile (by name from 2.2)",
+        errors=(404,),
+        returns=obj({"device_profile": ref("DeviceProfile")}),
+    ),
+    delete_profile: Operation(
+        "Delete a device profile (or names, comma-separated)", ok=(204,), errors=(404, 409)
+    ),
+}

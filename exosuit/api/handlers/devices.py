@@ -7,9 +7,26 @@ import dataclasses
 
 from exosuit import exceptions
 from exosuit.api import pagination, wsgi
+from exosuit.api.describe import (
+    BOOL,
+    LINKS,
+    NINT,
+    NSTR,
+    STR,
+    TIME,
+    Handler,
+    Operation,
+    Schema,
+    list_of,
+    obj,
+    paged,
+    query,
+    ref,
+)
 from exosuit.api.policies import devices as policies
 from exosuit.api.schemas import devices as schema
 from exosuit.db import activations
+from exosuit.db import desired_state as desired_db
 from exosuit.db import devices as db
 from exosuit.db import drain as drain_db
 from exosuit.db import health as health_db
@@ -192,3 +209,154 @@ def activate_devices(req: wsgi.Request):
     outcomes = req.app.db.write(activations.change, body["state"], uuids=uuids, filters=filters)
     devices = [dataclasses.asdict(o) for o in outcomes]
     return wsgi.json_response(202, {"state": body["state"], "devices": devices})
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {
+    "Device": obj(
+        {
+            "uuid": STR,
+            "type": STR,
+            "vendor": STR,
+            "model": STR,
+            "std_board_info": NSTR,
+            "vendor_board_info": NSTR,
+            "hostname": STR,
+            "created_at": TIME,
+            "updated_at": TIME,
+            "links": LINKS,
+        },
+        {
+            "status": {"description": "from 2.3", **STR},
+            "presence": {"description": "from 2.4", **STR},
+            "presence_reason": NSTR,
+            "driver_name": NSTR,
+            "pci_address": NSTR,
+            "numa_node": NINT,
+            "firmware_version": NSTR,
+            "status_reason": {"description": "from 2.6", **NSTR},
+            "activation": {"description": "from 2.7", "enum": list(desired_db.STATES)},
+            "activation_reason": NSTR,
+            "services": {"type": "array", "items": ref("DeviceService")},
+            "usage": {
+                "type": ["object", "null"],
+                "additionalProperties": {"type": "number"},
+                "description": "figure → value, as the host's last kept report had it",
+            },
+            "usage_seen_at": TIME,
+            "maintenance": {"description": "from 2.9", "enum": ["draining", "drained", None]},
+            "holders": {"type": "array", "items": ref("Holder")},
+            "health": {**ref("DeviceHealthState"), "description": "from 2.9"},
+        },
+    ),
+    "DeviceHealthState": obj(
+        {
+            "state": {"enum": ["ok", "warning", "unhealthy"]},
+            "reason": NSTR,
+            "since": TIME,
+            "offered": {**BOOL, "description": "False while held back from every offer"},
+            "held_by": {"enum": ["agent", "operator", None]},
+            "offered_at": {
+                **TIME,
+                "description": "held back by its agent and healthy again: when it is offered "
+                "again at the earliest",
+            },
+        }
+    ),
+    "DeviceHealth": obj(
+        {
+            "uuid": STR,
+            "hostname": STR,
+            "state": {"enum": ["ok", "warning", "unhealthy"]},
+            "reason": NSTR,
+            "since": TIME,
+            "offered": BOOL,
+            "held_by": {"enum": ["agent", "operator", None]},
+            "offered_at": TIME,
+            "holders": {"type": "array", "items": ref("Holder")},
+        }
+    ),
+    "Holder": obj(
+        {
+            "attach_handle_uuid": STR,
+            "arq_uuid": NSTR,
+            "arq_state": NSTR,
+            "instance_uuid": NSTR,
+            "project_id": NSTR,
+            "claim_uuid": NSTR,
+        },
+        {"device_uuid": {"description": "a host's holders: the device held", **STR}},
+    ),
+    "DeviceDrain": obj(
+        {
+            "uuid": STR,
+            "hostname": STR,
+            "status": {"enum": ["enabled", "maintaining"]},
+            "maintenance": {"enum": ["draining", "drained", None]},
+            "holders": {"type": "array", "items": ref("Holder")},
+        }
+    ),
+    "DeviceService": obj(
+        {
+            "kind": STR,
+            "name": STR,
+            "enabled": BOOL,
+            "details": {"type": "object", "additionalProperties": STR},
+        }
+    ),
+    "ActivationOutcomes": obj(
+        {
+            "state": {"enum": ["ready", "inactive"]},
+            "devices": {
+                "type": "array",
+                "items": obj(
+                    {
+                        "uuid": STR,
+                        "hostname": STR,
+                        "activation": STR,
+                        "outcome": {"enum": ["changed", "unchanged", "refused"]},
+                        "reason": NSTR,
+                    }
+                ),
+            },
+        }
+    ),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    list_devices: Operation(
+        "List devices",
+        query=(
+            *(
+                query(name, STR, "Exact match" + (" (from 2.3)." if name == "status" else "."))
+                for name in db.FILTERS
+            ),
+            *paged(SORT_KEYS),
+        ),
+        returns=list_of("devices", "Device"),
+    ),
+    get_device: Operation("Show a device", errors=(404,), returns=ref("Device")),
+    activate_devices: Operation(
+        "Mark devices ready or inactive",
+        ok=(202,),
+        errors=(404, 409),
+        body=schema.POST_DEVICE_ACTIVATIONS_V2_7,
+        returns=ref("ActivationOutcomes"),
+    ),
+    enable_device: Operation("Enable a device", errors=(404,)),
+    disable_device: Operation("Disable a device (maintenance)", errors=(404,)),
+    drain_device: Operation(
+        "Drain a device (2.9): no new workload; what holds it keeps it",
+        errors=(404,),
+        returns=ref("DeviceDrain"),
+    ),
+    undrain_device: Operation("Undrain a device (2.9)", errors=(404,), returns=ref("DeviceDrain")),
+    set_device_health: Operation(
+        "Clear a device held back as unhealthy, or hold one back by hand (2.9)",
+        errors=(400, 404),
+        body=schema.POST_DEVICE_HEALTH_V2_9,
+        returns=ref("DeviceHealth"),
+    ),
+}

@@ -4,6 +4,20 @@ from __future__ import annotations
 
 from exosuit import exceptions
 from exosuit.api import pagination, wsgi
+from exosuit.api.describe import (
+    BOOL,
+    INT,
+    LINKS,
+    STR,
+    TIME,
+    Handler,
+    Operation,
+    Schema,
+    list_of,
+    obj,
+    paged,
+    ref,
+)
 from exosuit.api.policies import discoveries as policies
 from exosuit.api.schemas import discoveries as schema
 from exosuit.db import discoveries as db
@@ -66,3 +80,47 @@ def list_discoveries(req: wsgi.Request):
     rows = pagination.next_link(req, page, rows, body, PAGING)
     body["discoveries"] = [_serialize(req, d) for d in rows]
     return wsgi.json_response(200, body)
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {
+    "Discovery": obj(
+        {
+            "uuid": STR,
+            "requested_at": TIME,
+            "spread": {"type": "number"},
+            "all_hosts": BOOL,
+            "host_count": INT,
+            "received": INT,
+            "complete": BOOL,
+            "last_received_at": TIME,
+            "links": LINKS,
+        },
+        {
+            "hosts": {
+                "type": "array",
+                "items": obj({"hostname": STR, "generation": INT, "received_at": TIME}),
+            }
+        },
+    ),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    create_discovery: Operation(
+        "Ask hosts to discover now",
+        ok=(202,),
+        errors=(404,),
+        body=schema.POST_DISCOVERY_V2_7,
+        returns=ref("Discovery"),
+    ),
+    list_discoveries: Operation(
+        "List discoveries",
+        query=paged(PAGING),
+        returns=list_of("discoveries", "Discovery"),
+    ),
+    get_discovery: Operation(
+        "Show a discovery and its hosts", errors=(404,), returns=ref("Discovery")
+    ),
+}

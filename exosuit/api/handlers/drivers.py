@@ -6,6 +6,24 @@ from __future__ import annotations
 import re
 
 from exosuit.api import pagination, wsgi
+from exosuit.api.describe import (
+    BOOL,
+    INT,
+    NBOOL,
+    NINT,
+    NSTR,
+    STR,
+    TEXT,
+    TIME,
+    Handler,
+    Operation,
+    Schema,
+    list_of,
+    obj,
+    paged,
+    query,
+    ref,
+)
 from exosuit.api.policies import drivers as policies
 from exosuit.api.schemas import drivers as schema
 from exosuit.db import drivers as db
@@ -90,3 +108,70 @@ def uninstall_driver(req: wsgi.Request):
     there become inactive at once. 409 ``exosuit.driver.in_use`` while an attach handle
     of one of them is held (the holders named): nothing changes then."""
     return _change(req, "uninstall", policies.UNINSTALL, schema.POST_DRIVER_UNINSTALL_V2_7)
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {
+    "Driver": obj(
+        {
+            "id": INT,
+            "hostname": {"type": ["string", "null"], "description": "null: every host"},
+            "name": STR,
+            "version": NSTR,
+            "enabled": NBOOL,
+            "config_digest": NSTR,
+            "found": NINT,
+            "error": NSTR,
+            "reported_at": TIME,
+            "desired": {"type": ["object", "null"]},
+            "observed": NBOOL,
+        }
+    ),
+    "DriverChange": obj(
+        {
+            "driver": STR,
+            "action": {"enum": ["install", "update", "uninstall"]},
+            "all_hosts": BOOL,
+            "hosts": {
+                "type": "array",
+                "items": obj({"hostname": STR, "generation": INT}),
+            },
+            "deactivated": {"type": "array", "items": STR},
+        }
+    ),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    list_drivers: Operation(
+        "List each host's drivers: reported, asked, observed",
+        query=(
+            query("hostname", TEXT, "Only this host's."),
+            query("name", TEXT, "Only this driver."),
+            *paged(PAGING),
+        ),
+        returns=list_of("drivers", "Driver"),
+    ),
+    install_driver: Operation(
+        "Enable a driver on hosts",
+        ok=(202,),
+        errors=(404,),
+        body=schema.POST_DRIVER_V2_7,
+        returns=ref("DriverChange"),
+    ),
+    update_driver: Operation(
+        "Change a driver's options on hosts",
+        ok=(202,),
+        errors=(404,),
+        body=schema.POST_DRIVER_V2_7,
+        returns=ref("DriverChange"),
+    ),
+    uninstall_driver: Operation(
+        "Disable a driver on hosts (its free devices become inactive)",
+        ok=(202,),
+        errors=(404, 409),
+        body=schema.POST_DRIVER_UNINSTALL_V2_7,
+        returns=ref("DriverChange"),
+    ),
+}

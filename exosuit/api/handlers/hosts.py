@@ -8,6 +8,20 @@ import urllib.parse
 
 from exosuit import exceptions
 from exosuit.api import pagination, wsgi
+from exosuit.api.describe import (
+    INT,
+    LINKS,
+    NSTR,
+    STR,
+    TIME,
+    Handler,
+    Operation,
+    Schema,
+    list_of,
+    obj,
+    paged,
+    ref,
+)
 from exosuit.api.policies import hosts as policies
 from exosuit.db import drain as drain_db
 from exosuit.db import hosts as db
@@ -113,3 +127,66 @@ def undrain_host(req: wsgi.Request):
     req.app.authorize(req, policies.UNDRAIN)
     answer = req.app.db.write(drain_db.drain_host, _hostname(req), drain=False)
     return wsgi.json_response(200, _serialize_drain(answer))
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {
+    "HostDrain": obj(
+        {
+            "hostname": STR,
+            "drained_at": TIME,
+            "maintenance": {"enum": ["draining", "drained", None]},
+            "devices": {
+                "type": "array",
+                "items": obj(
+                    {
+                        "uuid": STR,
+                        "status": STR,
+                        "status_reason": NSTR,
+                        "maintenance": {"enum": ["draining", "drained", None]},
+                        "holders": {"type": "array", "items": ref("Holder")},
+                    }
+                ),
+            },
+        }
+    ),
+    "Host": obj(
+        {
+            "hostname": STR,
+            "agent_version": NSTR,
+            "last_report_at": TIME,
+            "report_age_seconds": {"type": ["number", "null"]},
+            "snapshot_hash": NSTR,
+            "driver_errors": {"type": "array", "items": {"type": "object"}},
+            "devices": INT,
+            "deployables": INT,
+            "attach_handles": obj({"total": INT, "in_use": INT}),
+            "placement": {"type": ["object", "null"]},
+            "created_at": TIME,
+            "updated_at": TIME,
+            "links": LINKS,
+        },
+        {
+            "drained_at": {**TIME, "description": "from 2.9; null: not drained"},
+            "maintenance": {"enum": ["draining", "drained", None]},
+            "holders": {
+                "description": "shown by a host's own GET",
+                "type": "array",
+                "items": ref("Holder"),
+            },
+        },
+    ),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    list_hosts: Operation("List hosts", query=paged(PAGING), returns=list_of("hosts", "Host")),
+    get_host: Operation("Show a host", errors=(404,), returns=ref("Host")),
+    drain_host: Operation(
+        "Drain a host (2.9): none of its devices takes new workload",
+        errors=(404,),
+        returns=ref("HostDrain"),
+    ),
+    undrain_host: Operation("Undrain a host (2.9)", errors=(404,), returns=ref("HostDrain")),
+}

@@ -13,6 +13,23 @@ import re
 
 from exosuit import exceptions
 from exosuit.api import pagination, streaming, wsgi
+from exosuit.api.describe import (
+    BOOL,
+    LINKS,
+    NINT,
+    NSTR,
+    STR,
+    TEXT,
+    TIME,
+    Handler,
+    Operation,
+    Schema,
+    list_of,
+    obj,
+    paged,
+    query,
+    ref,
+)
 from exosuit.api.policies import images as policies
 from exosuit.api.schemas import images as schema
 from exosuit.db import images as db
@@ -197,3 +214,77 @@ def remove_member(req: wsgi.Request):
     project_id = _project_id(req)
     req.app.db.write(db.remove_member, image["uuid"], project_id, viewer=_viewer(req))
     return wsgi.json_response(204)
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {
+    "Image": obj(
+        {
+            "uuid": STR,
+            "name": STR,
+            "owner": NSTR,
+            "visibility": {"enum": list(db.VISIBILITIES)},
+            "vendor": NSTR,
+            "board": NSTR,
+            "function_id": NSTR,
+            "interface_id": NSTR,
+            "format": STR,
+            "status": STR,
+            "size": NINT,
+            "sha256": NSTR,
+            "signed": BOOL,
+            "signature_key_id": NSTR,
+            "source": STR,
+            "created_at": TIME,
+            "updated_at": TIME,
+            "links": LINKS,
+        }
+    ),
+    "ImageMember": obj({"image_uuid": STR, "project_id": STR, "created_at": TIME}),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    list_images: Operation(
+        "List the images the caller sees",
+        query=(
+            *(
+                query(
+                    name,
+                    {"enum": list(db.VISIBILITIES)} if name == "visibility" else TEXT,
+                    "Exact match.",
+                )
+                for name in db.FILTERS
+            ),
+            *paged(SORT_KEYS),
+        ),
+        returns=list_of("images", "Image"),
+    ),
+    create_image: Operation(
+        "Create an image (queued: no data yet)",
+        ok=(201,),
+        body=schema.POST_IMAGE_V2_6,
+        returns=ref("Image"),
+    ),
+    get_image: Operation("Show an image", errors=(404,), returns=ref("Image")),
+    delete_image: Operation("Delete an image", ok=(204,), errors=(404, 409)),
+    download_image: Operation(
+        "Download an image's data",
+        ok=(200, 206, 304),
+        errors=(404, 409, 416),
+        media="application/octet-stream",
+    ),
+    upload_image: Operation(
+        "Upload an image's data (once)", ok=(204,), errors=(404, 409), raw_body=True
+    ),
+    list_members: Operation(
+        "The projects a shared image is shared with",
+        errors=(404,),
+        returns=obj({"members": {"type": "array", "items": ref("ImageMember")}}),
+    ),
+    add_member: Operation(
+        "Share an image with a project", errors=(404,), returns=ref("ImageMember")
+    ),
+    remove_member: Operation("Stop sharing an image", ok=(204,), errors=(404,)),
+}

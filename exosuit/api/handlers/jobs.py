@@ -7,6 +7,23 @@ import re
 
 from exosuit import exceptions
 from exosuit.api import pagination, wsgi
+from exosuit.api.describe import (
+    CSV,
+    INT,
+    LINKS,
+    NSTR,
+    STR,
+    TEXT,
+    TIME,
+    Handler,
+    Operation,
+    Schema,
+    list_of,
+    obj,
+    paged,
+    query,
+    ref,
+)
 from exosuit.api.policies import jobs as policies
 from exosuit.db import jobs as db
 
@@ -88,3 +105,41 @@ def retry_job(req: wsgi.Request):
     req.app.authorize(req, policies.RETRY)
     job = req.app.db.write(db.retry_job, _job_id(req))
     return wsgi.json_response(200, _serialize(req, job))
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {
+    "Job": obj(
+        {
+            "id": INT,
+            "kind": STR,
+            "key": NSTR,
+            "state": {"enum": list(db.STATES)},
+            "attempts": INT,
+            "run_after": TIME,
+            "lease_expires_at": TIME,
+            "worker": NSTR,
+            "last_error": NSTR,
+            "payload": {},
+            "created_at": TIME,
+            "updated_at": TIME,
+            "links": LINKS,
+        }
+    ),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    list_jobs: Operation(
+        "List the conductor's jobs",
+        query=(
+            query("state", STR, f"Only these states ({CSV}: {', '.join(db.STATES)})."),
+            query("kind", TEXT, "Only this kind."),
+            *paged(PAGING),
+        ),
+        returns=list_of("jobs", "Job"),
+    ),
+    get_job: Operation("Show a job", errors=(404,), returns=ref("Job")),
+    retry_job: Operation("Retry a failed job", errors=(404, 409), returns=ref("Job")),
+}

@@ -10,6 +10,7 @@ import webob
 
 from exosuit import metrics as db_metrics
 from exosuit.api import wsgi
+from exosuit.api.describe import Handler, Operation, Schema
 from exosuit.api.handlers import agent, deployables
 from exosuit.db import fleet_metrics
 from exosuit.db.fleet_metrics import DEVICE_LABELS, HOLDER_LABELS, STATE_LABELS
@@ -137,3 +138,13 @@ def metrics(req: wsgi.Request):
     if found.encoding:
         headers.append(("Content-Encoding", found.encoding))
     return webob.Response(status=200, headerlist=headers, app_iter=found.chunks)
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    metrics: Operation("Prometheus metrics", media="text/plain"),
+}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from exosuit.api import microversion, wsgi
+from exosuit.api.describe import LINKS, STR, Handler, Operation, Schema, obj, ref
 from exosuit.db import api as db_api
 
 _DESCRIPTION = (
@@ -44,3 +45,31 @@ def healthz(req: wsgi.Request):
     """200 when the database answers, 503 otherwise."""
     req.app.db.read(db_api.ping)
     return wsgi.json_response(200, {"status": "ok"})
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+_VERSION_DOC = obj(
+    {"id": STR, "status": STR, "min_version": STR, "max_version": STR, "links": LINKS}
+)
+
+
+SHAPES: dict[str, Schema] = {
+    "Versions": obj(
+        {
+            "name": STR,
+            "description": STR,
+            "versions": {"type": "array", "items": _VERSION_DOC},
+            "default_version": _VERSION_DOC,
+        }
+    ),
+    "Version": _VERSION_DOC,
+    "Health": obj({"status": {"const": "ok"}}),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    root: Operation("The API's versions", returns=ref("Versions")),
+    v2: Operation("The v2 version document", returns=ref("Version")),
+    healthz: Operation("Health: the database answers", returns=ref("Health")),
+}

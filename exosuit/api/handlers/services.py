@@ -6,6 +6,20 @@ from __future__ import annotations
 import re
 
 from exosuit.api import pagination, wsgi
+from exosuit.api.describe import (
+    BOOL,
+    INT,
+    NSTR,
+    STR,
+    TEXT,
+    Handler,
+    Operation,
+    Schema,
+    list_of,
+    obj,
+    paged,
+    query,
+)
 from exosuit.api.policies import services as policies
 from exosuit.db import services as db
 
@@ -63,3 +77,39 @@ def list_services(req: wsgi.Request):
     rows = pagination.next_link(req, page, rows, body, PAGING)
     body["services"] = [_serialize(s) for s in rows]
     return wsgi.json_response(200, body)
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {
+    "Service": obj(
+        {
+            "id": INT,
+            "device_uuid": STR,
+            "hostname": STR,
+            "device_type": STR,
+            "driver_name": NSTR,
+            "activation": STR,
+            "kind": STR,
+            "name": STR,
+            "enabled": BOOL,
+            "details": {"type": "object", "additionalProperties": STR},
+        }
+    ),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    list_services: Operation(
+        "List the services devices offer",
+        query=(
+            query("hostname", TEXT, "Only this host's."),
+            query("type", TEXT, "Only devices of this type."),
+            query("kind", TEXT, "Only this kind (qat, vgpu, mig …)."),
+            query("name", TEXT, "Only this name."),
+            query("enabled", {"enum": ["true", "false"]}, "Offered now, or not."),
+            *paged(PAGING),
+        ),
+        returns=list_of("services", "Service"),
+    ),
+}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from exosuit.api import wsgi
+from exosuit.api.describe import COUNTS, INT, Handler, Operation, Schema, obj, query, ref
 from exosuit.api.policies import summary as policies
 from exosuit.db import summary as db
 
@@ -61,3 +62,35 @@ def get_summary(req: wsgi.Request):
     stale_after = _stale_after(req)
     summary = req.app.db.read(db.summarize, stale_after=stale_after)
     return wsgi.json_response(200, _serialize(summary))
+
+
+# -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
+
+SHAPES: dict[str, Schema] = {
+    "Summary": obj(
+        {
+            "hosts": obj({"total": INT, "reporting": INT, "stale": INT}),
+            "devices": obj(
+                {"total": INT, "by_type": COUNTS, "by_status": COUNTS, "by_presence": COUNTS}
+            ),
+            "attach_handles": obj({"total": INT, "in_use": INT, "free": INT}),
+            "arqs": obj({"total": INT, "by_state": COUNTS}),
+            "jobs": obj({"by_state": COUNTS}),
+        }
+    ),
+}
+
+
+OPERATIONS: dict[Handler, Operation] = {
+    get_summary: Operation(
+        "The fleet in numbers",
+        query=(
+            query(
+                "stale_after",
+                {"type": "number", "minimum": 0, "maximum": 1e9},
+                "Seconds after which a host is stale.",
+            ),
+        ),
+        returns=ref("Summary"),
+    ),
+}

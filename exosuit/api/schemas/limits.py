@@ -1,6 +1,6 @@
 """How much one request may ask for: the ``[api]`` limits, checked after the schema.
 
-Each limit is an option (exosuit/conf.py) so that an operator can move it; doc/limits.md
+Each limit is an option (exosuit/conf/api.py) so that an operator can move it; doc/limits.md
 lists every limit of the API, its option, its default and its answer. What exceeds one
 gets 400 ``exosuit.limit.exceeded`` naming the option (request bodies over ``[api]
 max_body_size`` get 413 before they are read).
