@@ -12,12 +12,10 @@ from exosuit.api import wsgi
 from exosuit.db import arqs as arqs_db
 from exosuit.db import programs as db
 from exosuit.glance import sources
+from exosuit.schemas.profile_groups import BITSTREAM_ID, FUNCTION_ID, ProfileGroup
 
 __all__ = ["bind_needs", "failure", "resolve", "serialize", "wait_for_end"]
 
-# The profile group keys that make a bind load an image.
-BITSTREAM = "accel:bitstream_id"
-FUNCTION = "accel:function_id"
 # How often a waiting request looks at its program: from the first to the last, doubling.
 _POLL_FIRST, _POLL_MAX = 0.1, 1.0
 
@@ -69,11 +67,13 @@ def resolve(req: wsgi.Request, image_uuid: str, project_id: str | None) -> db.Im
     return _image(ref)
 
 
-def _need(req: wsgi.Request, project_id: str | None, group: dict[str, str]) -> arqs_db.ProgramNeed:
+def _need(req: wsgi.Request, project_id: str | None, group: ProfileGroup) -> arqs_db.ProgramNeed:
     """What one profile group asks to be loaded, resolved (or why it cannot be)."""
-    bitstream, function = group.get(BITSTREAM), group.get(FUNCTION)
+    bitstream, function = group.bitstream_id, group.function_id
     if bitstream is not None and function is not None:
-        return arqs_db.ProgramNeed(error=f"the profile group has both {BITSTREAM} and {FUNCTION}")
+        return arqs_db.ProgramNeed(
+            error=f"the profile group has both {BITSTREAM_ID} and {FUNCTION_ID}"
+        )
     try:
         if bitstream is not None:
             return arqs_db.ProgramNeed(bitstream, resolve(req, bitstream, project_id))
@@ -103,7 +103,7 @@ def bind_needs(
     needs = {}
     for uuid, (project_id, group) in groups.items():
         project = projects.get(uuid) or project_id
-        key = (project, repr(sorted(group.items())))
+        key = (project, repr(sorted(group.entries.items())))
         if key not in resolved:
             resolved[key] = _need(req, project, group)
         needs[uuid] = resolved[key]
