@@ -191,3 +191,12 @@ def test_every_routed_handler_is_at_most_40_lines():
     assert too_long == {}, (
         f"handlers over {MAX_HANDLER_LINES} lines (move logic into named pieces): {too_long}"
     )
+
+
+def test_every_module_of_exosuit_api_handlers_holds_a_routed_handler():
+    """exosuit/api/handlers/ holds handler modules only: what several handlers share, or
+    a saga a handler calls, is a module of exosuit/api/ (programs.py, claim_saga.py)."""
+    package = PACKAGE / "api" / "handlers"
+    routed = {name.rsplit(".", 1)[0] for name in routed_handlers()}
+    modules = {f"exosuit.api.handlers.{m.name}" for m in pkgutil.iter_modules([str(package)])}
+    assert modules - routed == set(), "modules of exosuit/api/handlers/ without a handler"

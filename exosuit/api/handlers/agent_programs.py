@@ -3,8 +3,7 @@ progress (doc/programming.md, "Agent protocol")."""
 
 from __future__ import annotations
 
-from exosuit.api import wsgi
-from exosuit.api.handlers import programs
+from exosuit.api import programs, wsgi
 from exosuit.api.policies import agent as policies
 from exosuit.api.schemas import agent_programs as schema
 from exosuit.db import arqs as db

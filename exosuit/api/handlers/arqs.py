@@ -6,8 +6,7 @@ import dataclasses
 from typing import cast
 
 from exosuit import exceptions
-from exosuit.api import pagination, wsgi
-from exosuit.api.handlers import programs
+from exosuit.api import pagination, programs, wsgi
 from exosuit.api.policies import arqs as policies
 from exosuit.api.schemas import arqs as schema
 from exosuit.api.schemas import limits

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from exosuit.api import pagination, wsgi
-from exosuit.api.handlers import programs
+from exosuit.api import pagination, programs, wsgi
 from exosuit.api.policies import deployables as policies
 from exosuit.api.schemas import deployables as schema
 from exosuit.db import changes

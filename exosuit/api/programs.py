@@ -1,6 +1,9 @@
 """What the program handlers share (deployables' program, the agent's reports, binds):
 the PROGRAM shape, an image named by a request resolved into what a program loads,
-and the bounded wait of the calls below microversion 2.6 (doc/programming.md)."""
+and the bounded wait of the calls below microversion 2.6 (doc/programming.md).
+
+It holds no handler, so it lives beside exosuit/api/handlers/, not in it: the handlers
+of deployables, agent_programs and arqs and the claim saga (claim_saga.py) use it."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from exosuit.db import programs as db
 from exosuit.glance import sources
 from exosuit.schemas.profile_groups import BITSTREAM_ID, FUNCTION_ID, ProfileGroup
 
-__all__ = ["bind_needs", "failure", "resolve", "serialize", "wait_for_end"]
+__all__ = ["bind_needs", "failure", "group_need", "resolve", "serialize", "wait_for_end"]
 
 # How often a waiting request looks at its program: from the first to the last, doubling.
 _POLL_FIRST, _POLL_MAX = 0.1, 1.0
@@ -67,7 +70,9 @@ def resolve(req: wsgi.Request, image_uuid: str, project_id: str | None) -> db.Im
     return _image(ref)
 
 
-def _need(req: wsgi.Request, project_id: str | None, group: ProfileGroup) -> arqs_db.ProgramNeed:
+def group_need(
+    req: wsgi.Request, project_id: str | None, group: ProfileGroup
+) -> arqs_db.ProgramNeed:
     """What one profile group asks to be loaded, resolved (or why it cannot be)."""
     bitstream, function = group.bitstream_id, group.function_id
     if bitstream is not None and function is not None:
@@ -105,7 +110,7 @@ def bind_needs(
         project = projects.get(uuid) or project_id
         key = (project, repr(sorted(group.entries.items())))
         if key not in resolved:
-            resolved[key] = _need(req, project, group)
+            resolved[key] = group_need(req, project, group)
         needs[uuid] = resolved[key]
     return needs
 
@@ -115,7 +120,7 @@ def wait_for_end(req: wsgi.Request, uuid: str, seconds: float) -> dict[str, Any]
     deadline = time.monotonic() + seconds
     delay = _POLL_FIRST
     while True:
-        program = req.app.db.read(db.get, uuid)
+        program: dict[str, Any] = req.app.db.read(db.get, uuid)
         left = deadline - time.monotonic()
         if program["state"] in db.ENDED or left <= 0:
             return program
