@@ -2,7 +2,7 @@
 
 ``make`` binds the claim's devices in one transaction (exosuit/db/claims.py ``create``;
 the images a profile group asks for are looked up first, outside it, when one does),
-then, with Placement configured, PUTs its allocation (exosuit/placement/claims.py). Each
+then, with Placement configured, PUTs its allocation (exosuit/placement/claim_allocations.py). Each
 step that fails is undone: a refusal (Nova's allocations took the capacity meanwhile)
 gives the handles back and tries again without the providers refused, at most
 ``MAX_PLACEMENT_REFUSALS`` times; Placement not answering gives everything back (503).
@@ -18,7 +18,7 @@ from exosuit import exceptions
 from exosuit.api import programs, wsgi
 from exosuit.db import arqs as arqs_db
 from exosuit.db import claims as db
-from exosuit.placement import claims as placement
+from exosuit.placement import claim_allocations as placement
 
 __all__ = ["MAX_PLACEMENT_REFUSALS", "make"]
 

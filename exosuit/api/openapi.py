@@ -38,7 +38,7 @@ from exosuit.api.handlers import (
     arqs,
     attach_handles,
     attributes,
-    audit_events,
+    audit,
     claims,
     dashboard,
     deployables,
@@ -1041,7 +1041,7 @@ OPERATIONS: dict[Handler, Operation] = {
         returns=_list_of("jobs", "Job"),
     ),
     jobs.get_job: Operation("Show a job", errors=(404,), returns=_ref("Job")),
-    audit_events.list_audit_events: Operation(
+    audit.list_audit_events: Operation(
         "List the audit trail (2.9), newest first",
         query=(
             *(
@@ -1050,11 +1050,11 @@ OPERATIONS: dict[Handler, Operation] = {
             ),
             _query("since", _STR, "Only those made at or after this ISO 8601 time."),
             _query("until", _STR, "Only those made before this ISO 8601 time."),
-            *_paged(audit_events.PAGING),
+            *_paged(audit.PAGING),
         ),
         returns=_list_of("audit_events", "AuditEvent"),
     ),
-    audit_events.get_audit_event: Operation(
+    audit.get_audit_event: Operation(
         "Show an audit record (2.9)", errors=(404,), returns=_ref("AuditEvent")
     ),
     jobs.retry_job: Operation("Retry a failed job", errors=(404, 409), returns=_ref("Job")),

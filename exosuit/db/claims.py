@@ -22,9 +22,9 @@ A claim's state is its ARQs' (never stored, so no transition can be missed):
 
 ``release`` deletes its ARQs (handles freed) and marks it released in one transaction,
 idempotently; with ``placement`` it queues the deletion of its Placement allocation
-(``RELEASE_ALLOCATION``, handled by exosuit/placement/claims.py) in that transaction.
+(``RELEASE_ALLOCATION``, handled by exosuit/placement/claim_allocations.py) in that transaction.
 The conductor's ``claim_expiry`` job releases the claims past ``expires_at`` and
-purges released ones after ``[claims] retention`` (exosuit/conductor/claims.py).
+purges released ones after ``[claims] retention`` (exosuit/conductor/claim_expiry.py).
 A ``container`` claim is in its host's desired state (exosuit/db/desired_state.py):
 its make and its release bump the host's generation; its agent writes CDI spec files
 and reports (``record_cdi``).
@@ -85,9 +85,10 @@ RELEASED = "released"
 STATES = (PENDING, BOUND, FAILED, RELEASED)
 CDI_STATES = ("pending", "written", "failed")
 
-# The periodic conductor job that releases expired claims (exosuit/conductor/claims.py).
+# The periodic conductor job that releases expired claims (exosuit/conductor/claim_expiry.py).
 EXPIRY = "claim_expiry"
-# The job that deletes a released claim's Placement allocation (exosuit/placement/claims.py).
+# The job that deletes a released claim's Placement allocation
+# (exosuit/placement/claim_allocations.py).
 RELEASE_ALLOCATION = "placement_claim_release"
 
 # Hosts one create tries at most (those with candidates for every group, by name).

@@ -1,4 +1,4 @@
-"""The conductor's ``claim_expiry`` sweep (exosuit/conductor/claims.py), on every backend:
+"""The conductor's ``claim_expiry`` sweep (exosuit/conductor/claim_expiry.py), on every backend:
 claims past their ``expires_at`` are released (their handles freed, their host's desired
 state moved on), a renewed one is left alone, and released claims are purged after
 ``[claims] retention``. Run as the periodic job of a real conductor worker, and alone."""
@@ -9,7 +9,7 @@ import datetime as dt
 
 import sqlalchemy as sa
 
-from exosuit.conductor import claims as sweep_job
+from exosuit.conductor import claim_expiry as sweep_job
 from exosuit.conductor import kinds
 from exosuit.conductor.worker import Worker, schedule_periodic
 from exosuit.db import claims as claims_db

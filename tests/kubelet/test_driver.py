@@ -31,8 +31,8 @@ from exosuit.kubelet.driver import ClaimRef, Driver
 from exosuit.kubelet.exosuit_api import ExosuitApi, ExosuitError
 from exosuit.kubelet.main import Settings, publish_once, run
 from exosuit.kubelet.server import PluginServers
-from exosuit.kubernetes.claims import allocated_devices
 from exosuit.kubernetes.publisher import SlicePublisher
+from exosuit.kubernetes.resource_claims import allocated_devices
 from exosuit.kubernetes.slices import device_names
 from tests.conftest import PERSONAS
 from tests.helpers.inventory import fpga, snapshot

@@ -8,7 +8,7 @@ import re
 
 from exosuit import exceptions, notifications
 from exosuit.api import pagination, wsgi
-from exosuit.api.policies import audit_events as policies
+from exosuit.api.policies import audit as policies
 from exosuit.db import audit as db
 
 # Ids are positive integers within a 64-bit column.
