@@ -4,7 +4,9 @@
   out; this keeps hand-written SQL out), and the SQL contract of ``pyproject.toml``
   names every package and module of ``exosuit`` but ``exosuit.db``;
 * every handler the route table holds is at most ``MAX_HANDLER_LINES`` lines long,
-  counted from its ``def`` to its last line without its docstring.
+  counted from its ``def`` to its last line without its docstring;
+* ``tests/`` has one axis, the package under test (CONTRIBUTING.md, "Where a test goes"),
+  and every test file's name is unique in it.
 """
 
 from __future__ import annotations
@@ -200,3 +202,48 @@ def test_every_module_of_exosuit_api_handlers_holds_a_routed_handler():
     routed = {name.rsplit(".", 1)[0] for name in routed_handlers()}
     modules = {f"exosuit.api.handlers.{m.name}" for m in pkgutil.iter_modules([str(package)])}
     assert modules - routed == set(), "modules of exosuit/api/handlers/ without a handler"
+
+
+# -- tests/ -------------------------------------------------------------------------------
+
+TESTS = ROOT / "tests"
+# The folders of tests/ that hold no package's tests: data and shared helpers.
+DATA_AND_HELPERS = {"fixtures", "gabbits", "helpers"}
+# The repository's folders beside exosuit/ whose tests have a folder of the same name.
+BESIDE = {"bench", "deploy"}
+
+
+def _test_files() -> list[Path]:
+    return sorted(
+        path
+        for path in TESTS.rglob("test_*.py")
+        if not {"fixtures", "gabbits"} & set(path.relative_to(TESTS).parts)
+    )
+
+
+def test_every_test_file_name_is_unique_in_tests():
+    by_name: dict[str, list[str]] = {}
+    for path in _test_files():
+        by_name.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    twice = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert twice == {}, "name each after what it tests (CONTRIBUTING.md, Where a test goes)"
+
+
+def test_the_folders_of_tests_are_the_packages_under_test():
+    packages = {m.name for m in pkgutil.iter_modules(exosuit.__path__) if m.ispkg}
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and p.name[0] not in "._"}
+    others = folders - packages - BESIDE - DATA_AND_HELPERS
+    assert others == set(), "a folder of tests/ is named after the package its tests test"
+    tested = {t.relative_to(TESTS).parts[0] for t in _test_files()}
+    assert tested & DATA_AND_HELPERS == set(), "tests/helpers/ and the data folders hold no test"
+
+
+def test_a_sub_folder_of_tests_mirrors_a_sub_package_or_has_a_conftest_of_its_own():
+    strays = sorted(
+        str(folder.relative_to(ROOT))
+        for folder in {t.parent for t in _test_files()}
+        if len(folder.relative_to(TESTS).parts) > 1
+        and not (PACKAGE / folder.relative_to(TESTS)).is_dir()
+        and not (folder / "conftest.py").is_file()
+    )
+    assert strays == [], "a sub-folder mirrors a sub-package, or has a conftest.py of its own"
