@@ -4,7 +4,7 @@
     .venv/bin/python bench/fuzz.py --url URL --requests 50000 --seed 7 --json out.json
     make fuzz URL=http://127.0.0.1:6666 ARGS="--requests 20000"
 
-The campaign of tests/fuzz/campaign.py, longer: it seeds a world of its own through the
+The campaign of tests/api/fuzz_campaign.py, longer: it seeds a world of its own through the
 API (a host reported through the agent API, a profile, ARQs, an image, a program: names
 ending in a tag of this run), then sends cases of every operation, following the document
 and breaking it, round after round (a new Hypothesis seed each round) until --requests
@@ -30,7 +30,7 @@ import requests
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.fuzz import campaign  # noqa: E402
+from tests.api import fuzz_campaign as campaign  # noqa: E402
 
 
 def _sender(session: requests.Session, url: str) -> campaign.Send:

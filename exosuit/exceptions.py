@@ -38,6 +38,8 @@
     │   ├── DeviceInUse          inactive asked while an attach handle is held
     │   ├── DriverInUse          uninstall asked while a device of the driver is held
     │   ├── ActivationSuperseded an agent's outcome of an activation changed since
+    │   ├── PartitionInUse       a partition layout that removes a slice in use
+    │   ├── PartitionSuperseded  an agent's outcome of a layout changed since
     │   ├── ClaimUnsatisfiable   no devices for a claim (nothing is held)
     │   ├── ClaimReleased        renewing a released claim
     │   └── ARQClaimed           an ARQ a claim holds, changed through the ARQ API

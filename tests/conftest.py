@@ -241,8 +241,8 @@ PERSONAS = {
 # them (imported last: the fixture modules use ``require`` from here). A session fixture
 # must be registered here only: imported into another conftest or test module as well,
 # it is a second fixture there, and starts a second server.
-from tests.functional.keystone_fixture import keystone_fixture  # noqa: E402,F401
 from tests.glance.glance_fixture import glance_fixture  # noqa: E402,F401
+from tests.helpers.keystone_fixture import keystone_fixture  # noqa: E402,F401
 from tests.placement.placement_fixture import placement_fixture  # noqa: E402,F401
 
 # Fixtures that start a process (a server, a browser, agents): the tests that use one,

@@ -23,7 +23,7 @@ from exosuit.api.handlers import (
     arqs,
     attach_handles,
     attributes,
-    audit_events,
+    audit,
     claims,
     dashboard,
     deployables,
@@ -175,8 +175,8 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/v2/claims/{uuid}": since(V2_8, {"GET": claims.get_claim, "DELETE": claims.delete_claim}),
     "/v2/claims/{uuid}/renew": since(V2_8, {"POST": claims.renew_claim}),
     # Microversion 2.9: the audit trail (doc/audit.md).
-    "/v2/audit_events": since(V2_9, {"GET": audit_events.list_audit_events}),
-    "/v2/audit_events/{id}": since(V2_9, {"GET": audit_events.get_audit_event}),
+    "/v2/audit_events": since(V2_9, {"GET": audit.list_audit_events}),
+    "/v2/audit_events/{id}": since(V2_9, {"GET": audit.get_audit_event}),
     "/agent/v1/hosts/{hostname}/inventory": {"PUT": agent.put_inventory},
     "/agent/v1/hosts/{hostname}/accelerator_requests/{uuid}": {
         "PUT": agent_arqs.put_host_work,

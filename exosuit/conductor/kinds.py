@@ -15,12 +15,11 @@ from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 from typing import Any
 
-from exosuit.conductor import audit, claims, health, programs
+from exosuit.conductor import audit, claim_expiry, health, programs
 from exosuit.conf import ConductorSettings
 from exosuit.jobs import Handler, Interval, JobKind, Service
 from exosuit.nova import notify
-from exosuit.placement import claims as placement_claims
-from exosuit.placement import sync
+from exosuit.placement import claim_allocations, sync
 
 __all__ = ["IN_TREE", "Registry", "load"]
 
@@ -29,8 +28,8 @@ IN_TREE: tuple[ModuleType, ...] = (
     sync,
     notify,
     programs,
-    claims,
-    placement_claims,
+    claim_expiry,
+    claim_allocations,
     audit,
     health,
 )

@@ -46,6 +46,8 @@ from exosuit.db import programs as programs_db
 from exosuit.db.desired_state import bump
 from exosuit.db.pagination import Page, paginate
 from exosuit.db.placement import enqueue_sync
+from exosuit.schemas import profile_groups
+from exosuit.schemas.profile_groups import ProfileGroup
 
 __all__ = [
     "BIND_SOURCES",
@@ -454,16 +456,6 @@ _Q_UNBIND = (
 _Q_DELETE = sa.delete(arq).where(arq.c.id == sa.bindparam("p_id"))
 
 
-def units_per_group(group: dict[str, str], handles_per_unit: dict[str, int]) -> int:
-    """How many ARQs a profile group makes: the sum of its resource amounts, times
-    N when the group requires a trait configured in ``attach_handles_per_unit``."""
-    count = sum(int(v) for k, v in group.items() if k.startswith("resources:"))
-    for trait, factor in handles_per_unit.items():
-        if group.get(f"trait:{trait}") == "required":
-            count *= factor
-    return count
-
-
 def create(
     conn: Connection,
     *,
@@ -480,8 +472,8 @@ def create(
     row = conn.execute(_Q_PROFILE, {"p_name": profile_name}).first()
     if row is None:
         raise exceptions.DeviceProfileNotFound(ident=profile_name)
-    groups = json.loads(row.profile_json).get("groups", [])
-    count = sum(units_per_group(group, handles_per_unit) for group in groups)
+    groups = [profile_groups.read(g) for g in json.loads(row.profile_json).get("groups", [])]
+    count = sum(group.units(handles_per_unit) for group in groups)
     if max_arqs is not None and count > max_arqs:
         raise exceptions.LimitExceeded(
             what=f"Device profile {profile_name} makes {count} accelerator requests",
@@ -491,7 +483,7 @@ def create(
     now = models.utcnow()
     values = []
     for group_id, group in enumerate(groups):
-        for _ in range(units_per_group(group, handles_per_unit)):
+        for _ in range(group.units(handles_per_unit)):
             values.append(
                 {
                     "uuid": str(uuidlib.uuid4()),
@@ -632,23 +624,13 @@ def _find_deployable(
     return rows, None
 
 
-def _unsatisfied(group: Mapping[str, str], rows: list[sa.Row[*tuple[Any, ...]]]) -> str | None:
+def _unsatisfied(group: ProfileGroup, rows: list[sa.Row[*tuple[Any, ...]]]) -> str | None:
     """Why the deployable cannot serve the ARQ's profile group, or None: the group's
     resource class (one of them), its required traits and its forbidden ones, against
     what the deployable offers, as Placement would have matched them. Nova's allocation
     normally guarantees it; a caller naming another provider gets a failed bind, never
     a device the group did not ask for. ``rows``: _Q_DEPLOYABLE_OFFER's."""
-    classes: set[str] = set()
-    required: set[str] = set()
-    forbidden: set[str] = set()
-    for key, value in group.items():
-        if key.startswith("resources:"):
-            classes.add(key[len("resources:") :].strip())
-        elif key.startswith("trait:"):
-            wanted = {"required": required, "forbidden": forbidden}.get(str(value).strip())
-            if wanted is not None:
-                wanted.add(key[len("trait:") :].strip())
-    if not (classes or required or forbidden):
+    if not group.selects:
         return None
     deployable = rows[0]
     offer = [
@@ -657,17 +639,10 @@ def _unsatisfied(group: Mapping[str, str], rows: list[sa.Row[*tuple[Any, ...]]])
         if r.offer_key is not None and r.id == deployable.id
     ]
     rc, traits = offers.offered(offer, deployable.device_type)
-    where = f"deployable {deployable.name} (resource provider {deployable.rp_uuid})"
-    if classes and rc not in classes:
-        return (
-            f"{where} offers resource class {rc}, not {' or '.join(sorted(classes))} as its "
-            "device profile group asks"
-        )
-    if required - traits:
-        return f"{where} lacks required trait(s) {', '.join(sorted(required - traits))}"
-    if forbidden & traits:
-        return f"{where} has forbidden trait(s) {', '.join(sorted(forbidden & traits))}"
-    return None
+    reason = group.mismatch(rc, traits)
+    if reason is None:
+        return None
+    return f"deployable {deployable.name} (resource provider {deployable.rp_uuid}) {reason}"
 
 
 def _take_handle(
@@ -827,7 +802,7 @@ def bind(
             )
     for binding in pending:
         row = rows[binding.uuid]
-        group = groups.get((row.device_profile_id, row.device_profile_group_id), {})
+        group = groups.get((row.device_profile_id, row.device_profile_group_id), ProfileGroup())
         need = (programs or {}).get(binding.uuid)
         state, error = _complete_bind(conn, binding, skip_locked, group, need, row.project_id)
         results[binding.uuid] = BindResult(arq={"uuid": binding.uuid, "state": state}, error=error)
@@ -856,39 +831,39 @@ def _record_bind(
 def _check_resolved(
     pending: list[Binding],
     rows: Mapping[str, sa.Row[*tuple[Any, ...]]],
-    groups: Mapping[tuple[int, int], dict[str, str]],
+    groups: Mapping[tuple[int, int], ProfileGroup],
     programs: Mapping[str, ProgramNeed],
 ) -> None:
     for binding in pending:
         row = rows[binding.uuid]
-        group = groups.get((row.device_profile_id, row.device_profile_group_id), {})
-        if _PROGRAM_KEYS & set(group) and binding.uuid not in programs:
+        group = groups.get((row.device_profile_id, row.device_profile_group_id))
+        if group is not None and group.loads_image and binding.uuid not in programs:
             raise ProgramsToResolve(binding.uuid)
 
 
 def _profile_groups(
     rows: Iterable[sa.Row[*tuple[Any, ...]]],
-) -> dict[tuple[int, int], dict[str, str]]:
+) -> dict[tuple[int, int], ProfileGroup]:
     """(profile id, group index) → the group, for the profiles of ``rows`` (which hold
     their profile's ``profile_json``)."""
-    groups: dict[tuple[int, int], dict[str, str]] = {}
+    groups: dict[tuple[int, int], ProfileGroup] = {}
     parsed: set[int] = set()
     for row in rows:
         if row.device_profile_id not in parsed:
             parsed.add(row.device_profile_id)
             for index, group in enumerate(json.loads(row.profile_json).get("groups", [])):
-                groups[(row.device_profile_id, index)] = group
+                groups[(row.device_profile_id, index)] = profile_groups.read(group)
     return groups
 
 
-def _needs_host_work(group: dict[str, str], deployable: sa.Row[*tuple[Any, ...]]) -> bool:
+def _needs_host_work(group: ProfileGroup, deployable: sa.Row[*tuple[Any, ...]]) -> bool:
     """Whether the host must work before the bind is Bound (doc/arq-states.md): the
     group asks for a bitstream the deployable does not have, or for a function, as
     Cyborg programs FPGAs during a bind."""
-    wanted = group.get("accel:bitstream_id")
+    wanted = group.bitstream_id
     if wanted is not None and wanted != deployable.bitstream_id:
         return True
-    return "accel:function_id" in group
+    return group.function_id is not None
 
 
 def _queue_notifications(
@@ -908,8 +883,6 @@ def _queue_notifications(
         nova_db.enqueue_round(conn, instance, statuses, bind_timeout=bind_timeout)
 
 
-# The profile group keys that make a bind load an image (doc/programming.md).
-_PROGRAM_KEYS = frozenset({"accel:bitstream_id", "accel:function_id"})
 _Q_GROUPS_OF = _prebuilt(
     sa.select(
         arq.c.uuid,
@@ -925,7 +898,7 @@ _Q_GROUPS_OF = _prebuilt(
 
 def program_groups(
     conn: Connection, uuids: list[str], scope: Scope
-) -> dict[str, tuple[str | None, dict[str, str]]]:
+) -> dict[str, tuple[str | None, ProfileGroup]]:
     """ARQ uuid → (its project, its profile group), for those of ``uuids`` whose group
     asks for an image (``accel:bitstream_id``, ``accel:function_id``): what a caller
     resolves before ``bind``."""
@@ -933,8 +906,8 @@ def program_groups(
     groups = _profile_groups(rows)
     found = {}
     for row in rows:
-        group = groups.get((row.device_profile_id, row.device_profile_group_id), {})
-        if _PROGRAM_KEYS & set(group):
+        group = groups.get((row.device_profile_id, row.device_profile_group_id))
+        if group is not None and group.loads_image:
             found[row.uuid] = (row.project_id, group)
     return found
 
@@ -954,7 +927,7 @@ def _wait_or_bind(
     binding: Binding,
     deployable: sa.Row[*tuple[Any, ...]],
     handle_id: int,
-    group: dict[str, str],
+    group: ProfileGroup,
     need: ProgramNeed | None,
     project_id: str | None,
 ) -> tuple[sa.Update | None, str | None]:
@@ -987,7 +960,7 @@ def _complete_bind(
     conn: Connection,
     binding: Binding,
     skip_locked: bool,
-    group: dict[str, str],
+    group: ProfileGroup,
     need: ProgramNeed | None = None,
     project_id: str | None = None,
     named: tuple[int, str] | None = None,
@@ -1046,7 +1019,7 @@ def bind_for_claim(
     uuid: str,
     hostname: str,
     rp_uuid: str,
-    group: dict[str, str],
+    group: ProfileGroup,
     *,
     skip_locked: bool,
     need: ProgramNeed | None = None,

@@ -22,9 +22,9 @@ A claim's state is its ARQs' (never stored, so no transition can be missed):
 
 ``release`` deletes its ARQs (handles freed) and marks it released in one transaction,
 idempotently; with ``placement`` it queues the deletion of its Placement allocation
-(``RELEASE_ALLOCATION``, handled by exosuit/placement/claims.py) in that transaction.
+(``RELEASE_ALLOCATION``, handled by exosuit/placement/claim_allocations.py) in that transaction.
 The conductor's ``claim_expiry`` job releases the claims past ``expires_at`` and
-purges released ones after ``[claims] retention`` (exosuit/conductor/claims.py).
+purges released ones after ``[claims] retention`` (exosuit/conductor/claim_expiry.py).
 A ``container`` claim is in its host's desired state (exosuit/db/desired_state.py):
 its make and its release bump the host's generation; its agent writes CDI spec files
 and reports (``record_cdi``).
@@ -48,6 +48,8 @@ from exosuit.db import arqs, audit, health, jobs, models, offers
 from exosuit.db import programs as programs_db
 from exosuit.db.desired_state import READY, bump, cdi_id
 from exosuit.db.pagination import Page, paginate
+from exosuit.schemas import profile_groups
+from exosuit.schemas.profile_groups import ProfileGroup
 
 __all__ = [
     "BOUND",
@@ -83,13 +85,12 @@ RELEASED = "released"
 STATES = (PENDING, BOUND, FAILED, RELEASED)
 CDI_STATES = ("pending", "written", "failed")
 
-# The periodic conductor job that releases expired claims (exosuit/conductor/claims.py).
+# The periodic conductor job that releases expired claims (exosuit/conductor/claim_expiry.py).
 EXPIRY = "claim_expiry"
-# The job that deletes a released claim's Placement allocation (exosuit/placement/claims.py).
+# The job that deletes a released claim's Placement allocation
+# (exosuit/placement/claim_allocations.py).
 RELEASE_ALLOCATION = "placement_claim_release"
 
-# The profile group keys that make a bind load an image (doc/programming.md).
-_PROGRAM_KEYS = frozenset({"accel:bitstream_id", "accel:function_id"})
 # Hosts one create tries at most (those with candidates for every group, by name).
 MAX_HOSTS = 32
 
@@ -200,7 +201,7 @@ class _Unit:
     """One ARQ to bind: a unit of a profile group, or a named attach handle."""
 
     group_index: int = 0
-    group: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    group: ProfileGroup = ProfileGroup()
     handle: tuple[int, str] | None = None  # id, uuid
     rp_uuid: str | None = None
 
@@ -378,35 +379,13 @@ def _candidates(
     return found
 
 
-def _wants(group: Mapping[str, str]) -> tuple[set[str], set[str], set[str]]:
-    """A profile group's resource classes, required and forbidden traits."""
-    classes: set[str] = set()
-    required: set[str] = set()
-    forbidden: set[str] = set()
-    for key, value in group.items():
-        if key.startswith("resources:"):
-            classes.add(key[len("resources:") :].strip())
-        elif key.startswith("trait:"):
-            wanted = {"required": required, "forbidden": forbidden}.get(str(value).strip())
-            if wanted is not None:
-                wanted.add(key[len("trait:") :].strip())
-    return classes, required, forbidden
-
-
-def _matches(group: Mapping[str, str], candidate: _Candidate) -> bool:
-    """As a bind checks a group against a deployable (exosuit/db/arqs.py _unsatisfied)."""
-    classes, required, forbidden = _wants(group)
-    if classes and candidate.rc not in classes:
-        return False
-    return required <= candidate.traits and not forbidden & candidate.traits
-
-
 def _ordered(
-    group: Mapping[str, str], candidates: list[_Candidate], need: arqs.ProgramNeed | None
+    group: ProfileGroup, candidates: list[_Candidate], need: arqs.ProgramNeed | None
 ) -> list[_Candidate]:
-    """The candidates that match the group; those that already hold the image the group
-    asks for first (no program needed)."""
-    matching = [c for c in candidates if _matches(group, c)]
+    """The candidates that match the group (as a bind checks a group against a
+    deployable: exosuit/db/arqs.py _unsatisfied); those that already hold the image the
+    group asks for first (no program needed)."""
+    matching = [c for c in candidates if group.matches(c.rc, c.traits)]
     if need is None:
         return matching
     loaded = {need.bitstream_id, need.image.uuid if need.image else None} - {None}
@@ -428,11 +407,11 @@ def _profile_units(
     profile = row.first()
     if profile is None:
         raise exceptions.DeviceProfileNotFound(ident=name)
-    groups = json.loads(profile.profile_json).get("groups", [])
+    groups = [profile_groups.read(g) for g in json.loads(profile.profile_json).get("groups", [])]
     units = [
         _Unit(group_index=index, group=group)
         for index, group in enumerate(groups)
-        for _ in range(arqs.units_per_group(group, dict(handles_per_unit)))
+        for _ in range(group.units(handles_per_unit))
     ]
     if max_arqs is not None and len(units) > max_arqs:
         raise exceptions.LimitExceeded(
@@ -471,14 +450,14 @@ def _handle_units(conn: Connection, uuids: Sequence[str]) -> tuple[str, list[_Un
     return on[0], units
 
 
-def program_groups(conn: Connection, profile_name: str) -> dict[int, dict[str, str]]:
+def program_groups(conn: Connection, profile_name: str) -> dict[int, ProfileGroup]:
     """Group index → group, for the groups of the profile that ask for an image
     (``accel:bitstream_id``, ``accel:function_id``): what a caller resolves first."""
     row = conn.execute(sa.select(dp.c.profile_json).where(dp.c.name == profile_name)).first()
     if row is None:
         raise exceptions.DeviceProfileNotFound(ident=profile_name)
-    groups = json.loads(row.profile_json).get("groups", [])
-    return {i: g for i, g in enumerate(groups) if _PROGRAM_KEYS & set(g)}
+    groups = [profile_groups.read(g) for g in json.loads(row.profile_json).get("groups", [])]
+    return {i: g for i, g in enumerate(groups) if g.loads_image}
 
 
 def _live_of_consumer(conn: Connection, key: str) -> sa.Row[*tuple[Any, ...]] | None:
@@ -612,7 +591,7 @@ def _plan(
     """Host → group index → the candidates to try for the group's units, for the hosts
     where every group has enough free handles among its candidates."""
     needed: dict[int, int] = {}
-    groups: dict[int, Mapping[str, str]] = {}
+    groups: dict[int, ProfileGroup] = {}
     for unit in units:
         needed[unit.group_index] = needed.get(unit.group_index, 0) + 1
         groups[unit.group_index] = unit.group
@@ -703,7 +682,7 @@ class _Binder:
             uuid,
             hostname,
             rp_uuid,
-            dict(unit.group),
+            unit.group,
             skip_locked=self.skip_locked,
             need=self.programs.get(unit.group_index) if unit.handle is None else None,
             project_id=self.project_id,

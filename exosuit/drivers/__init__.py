@@ -12,7 +12,7 @@ The driver SDK is what ``__all__`` lists here: the names of ``exosuit.drivers.ba
 (the host's sysfs) and the health readings every PCI driver shares
 (``exosuit.drivers.health``), re-exported, plus the context and the registry below. Everything
 else under ``exosuit.drivers`` belongs to a shipped driver and may change.
-tests/unit/test_driver_sdk.py holds the list.
+tests/drivers/test_driver_sdk.py holds the list.
 """
 
 from __future__ import annotations

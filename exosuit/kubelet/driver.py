@@ -26,7 +26,7 @@ from typing import Any
 
 from exosuit.kubelet.checkpoint import PREPARED, Checkpoint, ClaimEntry, PreparedDevice
 from exosuit.kubelet.exosuit_api import ExosuitApi, ExosuitError, consumer_of
-from exosuit.kubernetes.claims import Allocated, ClaimUnavailable
+from exosuit.kubernetes.resource_claims import Allocated, ClaimUnavailable
 from exosuit.kubernetes.slices import handle_names
 
 __all__ = ["ClaimRef", "Driver", "Outcome", "PrepareFailed"]

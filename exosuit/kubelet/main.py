@@ -18,8 +18,8 @@ from exosuit.kubelet.checkpoint import Checkpoint
 from exosuit.kubelet.driver import PREPARE_TIMEOUT, Driver
 from exosuit.kubelet.exosuit_api import ExosuitApi, ExosuitError
 from exosuit.kubelet.server import PluginServers
-from exosuit.kubernetes.claims import allocated_devices
 from exosuit.kubernetes.publisher import SlicePublisher
+from exosuit.kubernetes.resource_claims import allocated_devices
 
 __all__ = ["CHECKPOINT_FILE", "Settings", "run"]
 

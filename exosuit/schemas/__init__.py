@@ -71,7 +71,8 @@ def snapshot_errors(devices: list[dict[str, Any]]) -> list[str]:
     (the schema holds first): a deployable is known by its name within its device, so
     two deployables of one device must not share a name; an attribute by its key within
     its deployable, so two attributes of one deployable must not share a key (applied
-    again, such a snapshot would change one with the other's value: tests/fuzz)."""
+    again, such a snapshot would change one with the other's value:
+    tests/db/test_snapshot_properties.py)."""
     errors: list[str] = []
     for index, device in enumerate(devices):
         seen: set[str] = set()

@@ -8,7 +8,7 @@ claim goes.
 them (200; 404 for a claim it does not know or released), written before the API had
 them; it lets a test fail a report (503) or keep a stale desired state at will. The last
 test runs against the real API in-process (claims, microversion 2.8), and
-tests/cdi/test_serve.py on a real ``exosuit serve`` with podman.
+tests/agent/test_cdi_serve.py on a real ``exosuit serve`` with podman.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import uuid
 import pytest
 import requests
 
-from tests.functional.serve_fixture import ExosuitServer
+from tests.helpers.serve_fixture import ExosuitServer
 from tests.placement.conftest import PlacementAPI, inventory
 
 pytestmark = pytest.mark.slow

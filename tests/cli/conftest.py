@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.functional.serve_fixture import ExosuitServer, _script
+from tests.helpers.serve_fixture import ExosuitServer, _script
 
 HOST = "cli-host"
 PAGE = 3  # [api] max_limit: every list longer than this comes in several pages

@@ -11,7 +11,7 @@ import pytest
 
 from tests.cli.conftest import cli_env
 from tests.conftest import require
-from tests.functional.serve_fixture import _script
+from tests.helpers.serve_fixture import _script
 
 BASH_COMPLETION = Path("/usr/share/bash-completion/bash_completion")
 # What bash-completion provides, for a machine without it (the script needs only this).

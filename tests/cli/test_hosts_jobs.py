@@ -22,8 +22,8 @@ from exosuit.cli.client import CLIENT_MAX_VERSION
 from exosuit.cli.hosts import HostList
 from exosuit.cli.jobs import JobList
 from tests.cli.conftest import HOST, cli_env, pick, run_on_terminal, write_conf
-from tests.functional.serve_fixture import ExosuitServer
 from tests.helpers.agent_processes import drain
+from tests.helpers.serve_fixture import ExosuitServer
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from exosuit.cli.images import PROGRESS_FROM, ImageList
 from tests.cli.conftest import CLI, cli_env, pick, run_on_terminal, write_conf
-from tests.functional.serve_fixture import ExosuitServer
+from tests.helpers.serve_fixture import ExosuitServer
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """``exosuit`` with Keystone, as ``openstack`` is used: OS_* variables, ``clouds.yaml``
 with ``--os-cloud``, ``--os-*`` options; the endpoint from the catalog.
 
-A real Keystone runs on loopback (tests/functional/keystone_fixture.py); Exosuit's
+A real Keystone runs on loopback (tests/helpers/keystone_fixture.py); Exosuit's
 API runs with ``[api] auth_strategy = keystone`` and is registered in the catalog as
 service type ``accelerator``.
 """
@@ -17,7 +17,7 @@ from exosuit.conf import make_conf
 from exosuit.db.api import Database
 from tests.cli.conftest import CLI, cli_env
 from tests.conftest import new_database_url
-from tests.functional.keystone_fixture import REGION
+from tests.helpers.keystone_fixture import REGION
 from tests.helpers.live import serve_wsgi
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ from exosuit.cli import client
 from exosuit.cli.app import ExosuitApp
 from exosuit.cli.serve import Serve
 from tests.cli.conftest import CLI, HOST, write_conf
-from tests.functional.serve_fixture import ExosuitServer
+from tests.helpers.serve_fixture import ExosuitServer
 
 
 class ConfigBeforeServe(ExosuitServer):

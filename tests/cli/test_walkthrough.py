@@ -14,9 +14,9 @@ import uuid
 import requests
 
 from tests.cli.conftest import HOST
-from tests.cli.test_drain import Waiting, _release
-from tests.metrics.helpers import Scrape
-from tests.metrics.test_dashboard import load, unknown_names
+from tests.cli.test_cli_drain import Waiting, _release
+from tests.deploy.test_grafana_dashboard import load, unknown_names
+from tests.helpers.metrics import Scrape
 
 FPGA = "0000:0c:00.0"
 DEADLINE = 60.0

@@ -28,7 +28,7 @@ from exosuit.api.deploy import loadapp
 from exosuit.db import images as images_db
 from exosuit.db import models
 from tests.helpers.inventory import fpga, snapshot
-from tests.programs.helpers import programmable_fpga
+from tests.helpers.programs import programmable_fpga
 
 HOST = "storm-host"
 HANDLES = 16

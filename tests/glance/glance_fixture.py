@@ -31,7 +31,7 @@ import pytest
 import requests
 
 from tests.conftest import require
-from tests.functional.keystone_fixture import REGION, Keystone, _free_port, _script
+from tests.helpers.keystone_fixture import REGION, Keystone, _free_port, _script
 
 __all__ = ["Glance", "GlanceUser", "glance_fixture"]
 

@@ -21,7 +21,7 @@ from exosuit.conf import make_conf
 from exosuit.glance import sources
 from exosuit.glance.cache import GlanceCache
 from tests.conftest import PERSONAS, ApiClient
-from tests.functional.keystone_fixture import REGION
+from tests.helpers.keystone_fixture import REGION
 
 pytestmark = pytest.mark.slow
 
@@ -324,7 +324,7 @@ def test_an_image_without_data_is_not_active(images, conf, sqlite_database):
 
 def test_glance_unreachable_is_503_for_agents(tmp_path, keystone, glance, sqlite_database):
     conf = _conf(tmp_path, keystone, glance, service_user=False)
-    from tests.functional.keystone_fixture import _free_port
+    from tests.helpers.keystone_fixture import _free_port
 
     conf.set_override("endpoint_override", f"http://127.0.0.1:{_free_port()}", group="glance")
     agent = ApiClient(loadapp(conf, sqlite_database)).as_(

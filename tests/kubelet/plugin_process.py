@@ -22,7 +22,7 @@ from exosuit.kubelet.protos import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
-from tests.functional.serve_fixture import _script
+from tests.helpers.serve_fixture import _script
 
 DEADLINE = 60.0  # generous: the machine may be busy
 VERSIONS = {

@@ -6,7 +6,7 @@ No agent runs here: where a claim's CDI specs must be written, the test reports 
 through the real agent API (``PUT /agent/v1/hosts/{host}/claims/{uuid}``), as the
 host's agent does once it wrote them; the driver's ``sleep`` (its wait between two
 looks at the claim) is where that report happens, so that the order is certain.
-tests/kubelet/test_e2e.py runs the whole with a real agent writing real files.
+tests/kubelet/test_kubelet_e2e.py runs the whole with a real agent writing real files.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from exosuit.kubelet.driver import ClaimRef, Driver
 from exosuit.kubelet.exosuit_api import ExosuitApi, ExosuitError
 from exosuit.kubelet.main import Settings, publish_once, run
 from exosuit.kubelet.server import PluginServers
-from exosuit.kubernetes.claims import allocated_devices
 from exosuit.kubernetes.publisher import SlicePublisher
+from exosuit.kubernetes.resource_claims import allocated_devices
 from exosuit.kubernetes.slices import device_names
 from tests.conftest import PERSONAS
 from tests.helpers.inventory import fpga, snapshot

@@ -15,7 +15,7 @@ import grpc
 import pytest
 import requests
 
-from tests.functional.serve_fixture import ExosuitServer, _script
+from tests.helpers.serve_fixture import ExosuitServer, _script
 from tests.kubelet.kube_standin import KubeStandIn, slice_errors
 from tests.kubelet.plugin_process import DEADLINE, PluginProcess, short_dir
 

@@ -24,8 +24,13 @@ from exosuit.conf import make_conf
 from exosuit.db import models
 from tests.conftest import PERSONAS, ApiClient
 from tests.helpers.inventory import fpga, snapshot
+from tests.helpers.programs import programmable_fpga
 from tests.nova.fake_nova import FakeNova, static_tokens
-from tests.programs.helpers import programmable_fpga
+from tests.nova.real_nova import (  # noqa: F401 (the real Nova's fixtures and summary)
+    cloud,
+    nova_cloud,
+    pytest_terminal_summary,
+)
 
 EXOSUIT_TOKEN = "exosuit-service-user-token"
 SERVICE_TOKEN = "exosuit-service-token"

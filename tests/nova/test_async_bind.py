@@ -19,9 +19,9 @@ import sqlalchemy as sa
 
 from exosuit.db import arqs, models
 from tests.conftest import PERSONAS
+from tests.helpers.programs import FUNCTION, upload_image
 from tests.nova.conftest import ARQS, HOST, Cloud, new_instance
 from tests.nova.test_notify import event
-from tests.programs.helpers import FUNCTION, upload_image
 
 DEVICES = ("0000:0c:00.0", "0000:0d:00.0")
 

@@ -3,7 +3,7 @@ shelve-offload and unshelve, failed binds, a bind that waits for its host.
 
 Exosuit is served over HTTP (cheroot, as ``exosuit-api`` runs it) with its real
 conductor worker in the same process, on SQLite and PostgreSQL. Every token is
-a real Keystone's (tests/functional/keystone_fixture.py): Nova's calls, replayed
+a real Keystone's (tests/helpers/keystone_fixture.py): Nova's calls, replayed
 call for call by tests/nova/replay.py, carry the ``p1-member`` user's token and
 the ``nova`` service user's token (no microversion), and Exosuit's
 keystonemiddleware validates them; Exosuit's conductor calls Nova's events API
@@ -39,15 +39,15 @@ from exosuit.db import models
 from exosuit.db.api import Database
 from exosuit.drivers import simulated
 from tests.conftest import empty_database
-from tests.functional.keystone_fixture import (
+from tests.helpers.inventory import fpga, snapshot
+from tests.helpers.keystone_fixture import (
     REGION,
     Keystone,
 )
-from tests.helpers.inventory import fpga, snapshot
+from tests.helpers.programs import FUNCTION, programmable_fpga
 from tests.nova.fake_nova import FakeNova, keystone_tokens
 from tests.nova.replay import NovaError, NovaReplay, Server
 from tests.nova.test_notify import event
-from tests.programs.helpers import FUNCTION, programmable_fpga
 
 HOSTS = ("compute-1", "compute-2")
 TWO_FPGAS = [

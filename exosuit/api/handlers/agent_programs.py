@@ -3,9 +3,8 @@ progress (doc/programming.md, "Agent protocol")."""
 
 from __future__ import annotations
 
-from exosuit.api import wsgi
+from exosuit.api import programs, wsgi
 from exosuit.api.describe import Handler, Operation, Schema, ref
-from exosuit.api.handlers import programs
 from exosuit.api.policies import agent as policies
 from exosuit.api.schemas import agent_programs as schema
 from exosuit.db import arqs as db

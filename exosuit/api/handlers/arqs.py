@@ -6,7 +6,7 @@ import dataclasses
 from typing import cast
 
 from exosuit import exceptions
-from exosuit.api import pagination, wsgi
+from exosuit.api import pagination, programs, wsgi
 from exosuit.api.describe import (
     CSV,
     LINKS,
@@ -24,7 +24,6 @@ from exosuit.api.describe import (
     query,
     ref,
 )
-from exosuit.api.handlers import programs
 from exosuit.api.policies import arqs as policies
 from exosuit.api.schemas import arqs as schema
 from exosuit.api.schemas import limits

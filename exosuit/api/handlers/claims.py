@@ -1,14 +1,13 @@
 """/v2/claims (microversion 2.8): standalone claims, devices bound by Exosuit itself
 (doc/standalone.md). A claim is made in the database (exosuit/db/claims.py) and, when
-Placement is configured, allocated there (exosuit/placement/claims.py)."""
+Placement is configured, allocated there: the saga of exosuit/api/claim_saga.py."""
 
 from __future__ import annotations
 
-import uuid as uuidlib
 from typing import Any
 
 from exosuit import exceptions
-from exosuit.api import pagination, wsgi
+from exosuit.api import claim_saga, pagination, wsgi
 from exosuit.api.describe import (
     BOOL,
     CSV,
@@ -26,19 +25,14 @@ from exosuit.api.describe import (
     query,
     ref,
 )
-from exosuit.api.handlers import programs
 from exosuit.api.policies import claims as policies
 from exosuit.api.schemas import claims as schema
 from exosuit.api.schemas import limits
-from exosuit.db import arqs as arqs_db
 from exosuit.db import claims as db
-from exosuit.placement import claims as placement
 
 __all__ = ["PAGING", "create_claim", "delete_claim", "get_claim", "list_claims", "renew_claim"]
 
 PAGING = pagination.Paging(sort_keys=frozenset(db.SORT_COLUMNS))
-# Placement refusals (its capacity taken by Nova meanwhile) one POST works around at most.
-MAX_PLACEMENT_REFUSALS = 8
 
 
 def _device(device: dict[str, Any]) -> dict[str, Any]:
@@ -119,67 +113,6 @@ def parse_request(req: wsgi.Request, body: Any) -> db.ClaimRequest:
     )
 
 
-def _bind(req: wsgi.Request, request: db.ClaimRequest, **options: Any) -> db.Created:
-    """Make the claim in the database; the images a profile group asks for are looked up
-    only when one does (outside the transaction: Glance is an HTTP call)."""
-    conf = req.app.conf
-    options.update(
-        skip_locked=req.app.db.supports_skip_locked,
-        handles_per_unit={
-            k: int(v) for k, v in conf.accelerator_requests.attach_handles_per_unit.items()
-        },
-        max_arqs=conf.api.max_arqs_per_request,
-    )
-    try:
-        return req.app.db.write(db.create, request, **options)
-    except arqs_db.ProgramsToResolve:
-        assert request.profile_name is not None
-        groups = req.app.db.read(db.program_groups, request.profile_name)
-        # NOTE: the same resolution as a bind's (handlers/programs.py), by group here.
-        needs = {i: programs._need(req, request.project_id, g) for i, g in groups.items()}
-        return req.app.db.write(db.create, request, programs=needs, **options)
-
-
-def make(req: wsgi.Request, request: db.ClaimRequest) -> db.Created:
-    """The claim, made in the database and then, with Placement configured, allocated
-    there: a refusal gives the handles back and tries other providers; Placement not
-    answering gives everything back (503)."""
-    allocator = placement.allocator(req.app.conf)
-    uuid = str(uuidlib.uuid4())
-    refused: list[str] = []
-    exclude: set[str] = set()
-    while True:
-        try:
-            created = _bind(
-                req, request, uuid=uuid, exclude=exclude, placement=allocator is not None
-            )
-        except exceptions.ClaimUnsatisfiable as error:
-            if not refused:
-                raise
-            raise exceptions.ClaimUnsatisfiable(
-                reason=f"Placement refused {'; '.join(refused)}; then {error.kwargs['reason']}"
-            ) from None
-        if allocator is None or not created.created:
-            return created
-        try:
-            allocator.allocate(created.claim, req.app.db.read(db.allocation, created.claim))
-            return created
-        except placement.Refused as refusal:
-            req.app.db.write(db.abandon, uuid, allocation_unknown=False)
-            refused.append(f"{', '.join(sorted(refusal.rps))} ({refusal.detail})")
-            exclude |= refusal.rps
-        except exceptions.PlacementUnavailable as error:
-            req.app.db.write(db.abandon, uuid, allocation_unknown=True)
-            raise wsgi.ApiError(
-                503,
-                f"The claim could not be allocated in Placement (nothing is held): {error}",
-                error.code,
-                headers=[("Retry-After", "2")],
-            ) from None
-        if len(refused) >= MAX_PLACEMENT_REFUSALS:
-            raise exceptions.ClaimUnsatisfiable(reason=f"Placement refused {'; '.join(refused)}")
-
-
 def create_claim(req: wsgi.Request):
     """201 with the claim, bound; 202 while a program its profile asks runs (state
     ``pending``, then ``bound`` or ``failed``). The live claim of the same ``consumer``
@@ -188,7 +121,7 @@ def create_claim(req: wsgi.Request):
     answer (nothing held)."""
     req.app.authorize(req, policies.CREATE)
     request = parse_request(req, wsgi.extract_json(req))
-    claim = make(req, request).claim
+    claim = claim_saga.make(req, request).claim
     status = 202 if claim["state"] == db.PENDING else 201
     headers = [("Location", req.link("claims", claim["uuid"])["href"])]
     return wsgi.json_response(status, _serialize(req, claim), headers=headers)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from exosuit.api import pagination, wsgi
+from exosuit.api import pagination, programs, wsgi
 from exosuit.api.describe import (
     INT,
     LINKS,
@@ -22,7 +22,6 @@ from exosuit.api.describe import (
     paged,
     ref,
 )
-from exosuit.api.handlers import programs
 from exosuit.api.policies import deployables as policies
 from exosuit.api.schemas import deployables as schema
 from exosuit.db import changes

@@ -18,7 +18,7 @@ from exosuit.api.policies import (
     arqs,
     attach_handles,
     attributes,
-    audit_events,
+    audit,
     base,
     claims,
     deployables,
@@ -57,7 +57,7 @@ def list_rules():
             discoveries.list_rules(),
             claims.list_rules(),
             partitions.list_rules(),
-            audit_events.list_rules(),
+            audit.list_rules(),
         )
     )
 

@@ -1,17 +1,14 @@
-"""Device profile bodies, and the rules for request-group keys and values."""
+"""Device profile bodies, and the limits of their request groups (the rules for their
+keys and values are exosuit/schemas/profile_groups.py's)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
-
-import os_resource_classes
-import os_traits
 
 from exosuit.api import wsgi
 from exosuit.api.schemas import UUID
 from exosuit.api.schemas.limits import Limits, exceeded
-from exosuit.db.arqs import units_per_group
+from exosuit.schemas import profile_groups
 
 NAME_PATTERN = "^[a-zA-Z0-9-_]+$"
 
@@ -45,12 +42,8 @@ POST_DEVICE_PROFILE_V2_0 = {
     "items": _PROFILE,
 }
 
-# Cyborg's list (constants.SUPPORT_RESOURCES), kept so existing profiles stay valid.
-_CYBORG_RESOURCES = {"FPGA", "GPU", "VGPU", "PGPU", "CUSTOM_QAT", "CUSTOM_NIC", "CUSTOM_SSD"}
-_STANDARD_RESOURCES = set(os_resource_classes.STANDARDS) | _CYBORG_RESOURCES
-_STANDARD_TRAITS = set(os_traits.get_traits())
-_CUSTOM = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
-_PREFIXES = ("resources:", "trait:", "accel:")
+# The prefixes a group key starts with (GET /openapi.json describes them).
+_PREFIXES = profile_groups.PREFIXES
 
 
 def _bad(message: str) -> wsgi.ApiError:
@@ -58,7 +51,8 @@ def _bad(message: str) -> wsgi.ApiError:
 
 
 def normalize_groups(groups: list[dict], conf: Any = None) -> list[dict]:
-    """Check every group key and value; strip blanks around names (as Cyborg does).
+    """Check every group key and value; strip blanks around names (as Cyborg does):
+    ``profile_groups.parse``, 400 ``exosuit.device_profile.invalid`` for what it refuses.
 
     ``resources:<RC>`` needs a standard or CUSTOM_ resource class and a positive
     integer; ``trait:<TRAIT>`` a standard or CUSTOM_ trait and ``required`` or
@@ -74,41 +68,15 @@ def normalize_groups(groups: list[dict], conf: Any = None) -> list[dict]:
             limits.profile_groups,
             "max_profile_groups",
         )
-    result = []
+    parsed = []
     for index, group in enumerate(groups):
         _check_sizes(index, group, limits)
-        normal: dict[str, str] = {}
-        for key, value in group.items():
-            prefix = next((p for p in _PREFIXES if key.startswith(p)), None)
-            if prefix is None:
-                raise _bad(
-                    f"groups[{index}]: key {key!r} must start with one of {', '.join(_PREFIXES)}"
-                )
-            name = key[len(prefix) :].strip()
-            value = str(value).strip()
-            if prefix == "resources:":
-                if name not in _STANDARD_RESOURCES and not _CUSTOM.match(name):
-                    raise _bad(f"groups[{index}]: unsupported resource class {name!r}")
-                if not re.fullmatch(r"[0-9]+", value) or int(value) < 1:
-                    raise _bad(
-                        f"groups[{index}]: amount of {name} must be a positive integer, "
-                        f"not {value!r}"
-                    )
-                value = str(int(value))
-            elif prefix == "trait:":
-                if name not in _STANDARD_TRAITS and not _CUSTOM.match(name):
-                    raise _bad(f"groups[{index}]: unsupported trait name {name!r}")
-                if value not in ("required", "forbidden"):
-                    raise _bad(
-                        f"groups[{index}]: trait {name} must be 'required' or "
-                        f"'forbidden', not {value!r}"
-                    )
-            elif not name:
-                raise _bad(f"groups[{index}]: empty accel: key")
-            normal[prefix + name] = value
-        result.append(normal)
+        try:
+            parsed.append(profile_groups.parse(group))
+        except profile_groups.GroupInvalid as error:
+            raise _bad(f"groups[{index}]: {error}") from None
     per_unit = {} if conf is None else handles_per_unit(conf)
-    arqs = sum(units_per_group(group, per_unit) for group in result)
+    arqs = sum(group.units(per_unit) for group in parsed)
     if arqs > limits.arqs_per_request:
         raise exceeded(
             f"The device profile would make {arqs} accelerator requests per "
@@ -116,7 +84,7 @@ def normalize_groups(groups: list[dict], conf: Any = None) -> list[dict]:
             limits.arqs_per_request,
             "max_arqs_per_request",
         )
-    return result
+    return [dict(group.entries) for group in parsed]
 
 
 def handles_per_unit(conf: Any) -> dict[str, int]:
