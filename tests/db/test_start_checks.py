@@ -136,9 +136,12 @@ def _start(program: str, database, tmp_path, forwarder: Forwarder):
 def _running(program: str, log) -> bool:
     if program == "exosuit-conductor":
         return "exosuit-conductor running" in log.read_text()
-    port = int(re.search(r"listening on http://127\.0\.0\.1:(\d+)", log.read_text())[1])
+    banner = re.search(r"listening on http://127\.0\.0\.1:(\d+)", log.read_text())
+    if banner is None:
+        return False  # still checking the schema
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as answer:
+        url = f"http://127.0.0.1:{banner[1]}/healthz"
+        with urllib.request.urlopen(url, timeout=10) as answer:
             return answer.status == 200
     except OSError:
         return False
