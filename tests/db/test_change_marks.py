@@ -19,7 +19,8 @@ from collections.abc import Callable
 import pytest
 import sqlalchemy as sa
 
-from exosuit.db import bulk, changes, desired_state, health, models
+from exosuit.db import bulk, changes, cyborg_import, desired_state, health, models
+from exosuit.db.api import Database
 from tests.conftest import ApiClient
 from tests.functional.gabbi_fixtures import load_snapshot
 from tests.helpers import change_marks
@@ -31,10 +32,18 @@ HOST = "host1"  # the host of the stories' snapshots
 V = "2.9"
 
 
+@pytest.fixture
+def watch(database):
+    """The database's write transactions, watched from now on (tests/helpers/change_marks)."""
+    seen = change_marks.watch(database.engine)
+    yield seen
+    seen.close()  # what it found stays here, not in another module's check
+
+
 @dataclasses.dataclass
 class Story:
     api: ApiClient
-    database: object
+    database: Database
 
     def call(self, method: str, path: str, body: object = None, status: int = 200) -> dict:
         response = self.api.request(method, path, body, version=V)
@@ -47,10 +56,6 @@ class Story:
     def device(self, kind: str) -> str:
         (device,) = self.call("GET", f"/v2/devices?type={kind}")["devices"]
         return str(device["uuid"])
-
-    def generation(self) -> int:
-        state = self.call("GET", f"/agent/v1/hosts/{HOST}/desired_state")
-        return int(state["generation"])
 
 
 def _first_report(story: Story) -> None:
@@ -173,8 +178,7 @@ STEPS: list[tuple[str, Callable[[Story], None], set[str]]] = [
 ]
 
 
-def test_every_write_of_the_stories_marks_what_it_changed(api, database):
-    watch = change_marks.watch(database.engine)
+def test_every_write_of_the_stories_marks_what_it_changed(api, database, watch):
     story = Story(api, database)
     seen: dict[str, set[str]] = {}
     for name, step, _ in STEPS:
@@ -186,6 +190,73 @@ def test_every_write_of_the_stories_marks_what_it_changed(api, database):
         )
         seen[name] = set().union(*(t.needed for t in watch.committed))
     assert seen == {name: expected for name, _, expected in STEPS}
+
+
+def _cyborg_rows() -> dict[str, list[dict]]:
+    """A Cyborg database's rows: one FPGA with one deployable, an attribute, a handle."""
+    cpid = '{"domain": "0000", "bus": "0c", "device": "00", "function": "0"}'
+    return {
+        "devices": [
+            {
+                "id": 1,
+                "uuid": "0b7a3f52-9d3e-4a4e-8c55-7d2f6b3c8e01",
+                "type": "FPGA",
+                "vendor": "0xABCD",
+                "model": "Fake FPGA",
+                "hostname": "cyborg-host",
+            }
+        ],
+        "controlpath_ids": [
+            {
+                "id": 1,
+                "uuid": "0b7a3f52-9d3e-4a4e-8c55-7d2f6b3c8e02",
+                "device_id": 1,
+                "cpid_type": "PCI",
+                "cpid_info": cpid,
+            }
+        ],
+        "deployables": [
+            {
+                "id": 1,
+                "uuid": "0b7a3f52-9d3e-4a4e-8c55-7d2f6b3c8e03",
+                "name": "cyborg-host_fake",
+                "num_accelerators": 1,
+                "device_id": 1,
+                "rp_uuid": "0b7a3f52-9d3e-4a4e-8c55-7d2f6b3c8e04",
+                "driver_name": "fake",
+            }
+        ],
+        "attributes": [
+            {
+                "id": 1,
+                "uuid": "0b7a3f52-9d3e-4a4e-8c55-7d2f6b3c8e05",
+                "deployable_id": 1,
+                "key": "rc",
+                "value": "FPGA",
+            }
+        ],
+        "attach_handles": [
+            {
+                "id": 1,
+                "uuid": "0b7a3f52-9d3e-4a4e-8c55-7d2f6b3c8e06",
+                "deployable_id": 1,
+                "cpid_id": 1,
+                "in_use": False,
+                "attach_type": "PCI",
+                "attach_info": cpid,
+            }
+        ],
+    }
+
+
+def test_an_import_from_cyborg_marks_what_it_wrote(database, watch):
+    """exosuit-manage's import of a Cyborg database (exosuit/db/cyborg_import.py), in
+    process: its deployables, attributes and hosts are marked."""
+    source = cyborg_import.Source("cyborg", _cyborg_rows())
+    report = database.write(cyborg_import.import_into, source, apply=True, merge=False)
+    assert report.new["deployables"] == report.new["attributes"] == 1
+    assert not watch.missed and not watch.unneeded
+    assert set().union(*(t.needed for t in watch.committed)) == {D, H}
 
 
 def _unmarked_update(conn) -> None:
@@ -216,21 +287,21 @@ def _unmarked_device_delete(conn) -> None:
     ],
     ids=["sqlalchemy update", "raw sql", "bulk insert", "device delete"],
 )
-def test_the_watch_catches_a_forgotten_mark(api, database, write, counter):
+def test_the_watch_catches_a_forgotten_mark(api, database, watch, write, counter):
     """The watch itself: a write that changes a counter's data without a mark is
     reported (and the version, unmarked, does not move: what a cache would miss)."""
     Story(api, database).report("host1.json")
-    watch = change_marks.watch(database.engine)
+    watch.clear()
     before = database.read(changes.version, counter)
     database.write(write)
     assert [t.needed for t in watch.missed] == [{counter}]
     assert database.read(changes.version, counter) == before
 
 
-def test_the_watch_leaves_out_what_the_caches_do_not_keep(api, database):
+def test_the_watch_leaves_out_what_the_caches_do_not_keep(api, database, watch):
     """Writes of a host's report time or a device's status change neither counter."""
     Story(api, database).report("host1.json")
-    watch = change_marks.watch(database.engine)
+    watch.clear()
 
     def _write(conn) -> None:
         conn.execute(sa.update(models.hosts).values(last_report_at=None, observed_generation=3))

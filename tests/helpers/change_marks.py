@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import sqlalchemy as sa
@@ -102,7 +102,9 @@ class Transaction:
 class Watch:
     """The committed transactions of one engine, as ``watch`` saw them."""
 
+    engine: Engine
     committed: list[Transaction] = dataclasses.field(default_factory=list)
+    listeners: dict[str, Callable[..., None]] = dataclasses.field(default_factory=dict)
 
     @property
     def missed(self) -> list[Transaction]:
@@ -117,13 +119,22 @@ class Watch:
     def clear(self) -> None:
         self.committed.clear()
 
+    def close(self) -> None:
+        """Stop watching (``all_missed`` no longer reports this watch)."""
+        for name, listener in self.listeners.items():
+            event.remove(self.engine, name, listener)
+        self.listeners.clear()
+        if self in _WATCHES:
+            _WATCHES.remove(self)
+
 
 _WATCHES: list[Watch] = []
 
 
 def watch(engine: Engine) -> Watch:
-    """Start watching ``engine``'s write transactions (until the engine is gone)."""
-    seen = Watch()
+    """Start watching ``engine``'s write transactions (until ``close`` or the engine is
+    gone)."""
+    seen = Watch(engine)
     _WATCHES.append(seen)
 
     def _begin(conn: Connection) -> None:
@@ -158,16 +169,20 @@ def watch(engine: Engine) -> Watch:
         except sa.exc.SQLAlchemyError:  # an invalidated connection: _begin starts afresh
             pass
 
-    event.listen(engine, "begin", _begin)
-    event.listen(engine, "before_cursor_execute", _execute)
-    event.listen(engine, "commit", _commit)
-    event.listen(engine, "rollback", _rollback)
+    seen.listeners = {
+        "begin": _begin,
+        "before_cursor_execute": _execute,
+        "commit": _commit,
+        "rollback": _rollback,
+    }
+    for name, listener in seen.listeners.items():
+        event.listen(engine, name, listener)
     return seen
 
 
 def all_missed(watches: Iterable[Watch] | None = None) -> list[Transaction]:
-    """The transactions with a forgotten mark of every watch (or of ``watches``) so far,
-    each watch cleared."""
+    """The transactions with a forgotten mark of every open watch (or of ``watches``) so
+    far, each watch cleared."""
     found: list[Transaction] = []
     for seen in _WATCHES if watches is None else watches:
         found.extend(seen.missed)
