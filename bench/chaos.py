@@ -43,7 +43,7 @@ Afterwards: the faults and the load stop, every process is up again, the simulat
 hosts send a last report, the job queue drains (bounded by ``--settle-timeout``), one
 Placement reconcile runs (a verifying sync of every host, what ``placement_reconcile``
 queues) and these invariants are checked on the database and Placement directly (the
-checks are bench/invariants.py's, which tests/chaos/ also holds against bad states):
+checks are bench/invariants.py's, which tests/bench/test_chaos.py also holds against bad states):
 
 1. no attach handle held by two ARQs; every handle in use is held by exactly one ARQ
    and every held handle is in use;

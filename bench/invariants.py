@@ -1,7 +1,7 @@
 """The invariants of Exosuit's state, checked on the database and Placement directly.
 
 The fault campaign (bench/chaos.py) checks them after its faults and load, and
-tests/chaos/ holds each one against a database put by hand into the bad state it names
+tests/bench/test_chaos.py holds each one against a database put by hand into the bad state it names
 (so that none is vacuous). Each ``check_*`` returns its violations, as sentences; an
 empty list is the invariant held:
 

@@ -8,10 +8,11 @@ made from that very version; otherwise it reads the data, and its body replaces
 the entry. So an answer from here is never older than the database was at the
 request.
 
-An entry is also forgotten after ``max_age`` seconds: a change no counter can see
-(SQL typed by hand) then shows within that time. Memory is bounded: at most
-``max_entries`` entries and ``max_bytes`` of bodies (the Host header is part of a
-key: a client sending many of them only makes entries go sooner).
+An entry is also forgotten after ``max_age`` seconds: a change no counter counts (SQL
+typed by hand, which marks nothing: exosuit/db/changes.py) then shows within that
+time. Memory is bounded: at most ``max_entries`` entries and ``max_bytes`` of bodies
+(the Host header is part of a key: a client sending many of them only makes entries
+go sooner).
 """
 
 from __future__ import annotations

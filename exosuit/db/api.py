@@ -110,8 +110,6 @@ class Database:
                 kwargs["connect_args"] = {"charset": "utf8mb4"}
         self.engine: Engine = sa.create_engine(self.url, **kwargs)
         _setup_pool(self.engine, ping_after_idle=ping_after_idle)
-        # Writes that change what the API caches bump its version (exosuit/db/changes.py).
-        changes.track(self.engine)
         if self.dialect == "sqlite":
             _setup_sqlite(self.engine, sqlite_busy_timeout)
             self._read_engine = self.engine
@@ -155,7 +153,10 @@ class Database:
 
     @contextlib.contextmanager
     def writer(self) -> Iterator[Connection]:
-        """A read-write transaction, committed on success. Not retried: see ``write``."""
+        """A read-write transaction, committed on success. Not retried: see ``write``.
+
+        The change counters its write functions marked (exosuit/db/changes.py) are
+        bumped as it commits."""
         options = {"exosuit_writer": True, audit.NOTIFY_OPTION: self.notifications}
         with self.engine.connect().execution_options(**options) as conn:
             changes.forget(conn)

@@ -40,7 +40,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, CursorResult
 
 from exosuit import exceptions
-from exosuit.db import audit, models, offers
+from exosuit.db import audit, changes, models, offers
 from exosuit.db import nova as nova_db
 from exosuit.db import programs as programs_db
 from exosuit.db.desired_state import bump
@@ -708,6 +708,7 @@ def _collect_lost_device(conn: Connection, row: sa.Row[*tuple[Any, ...]] | None)
             .values(deployable_id=None)
         )
         conn.execute(sa.delete(dev).where(dev.c.id == row.id))
+        changes.mark(conn, changes.DEPLOYABLES)  # its deployables go with it
         # Its providers leave Placement now, not at the next drift repair.
         enqueue_sync(conn, locked.hostname)
 

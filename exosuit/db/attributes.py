@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from exosuit import exceptions
-from exosuit.db import audit, models
+from exosuit.db import audit, changes, models
 from exosuit.db.pagination import Page, paginate
 from exosuit.db.placement import enqueue_sync_of_deployable
 
@@ -64,6 +64,7 @@ def create(conn: Connection, *, deployable_id: int, key: str, value: str) -> dic
             created_at=models.utcnow(),
         )
     )
+    changes.mark(conn, changes.DEPLOYABLES)
     enqueue_sync_of_deployable(conn, deployable_id)
     _record(conn, "attribute.create", deployable_id, None, {"key": key, "value": value})
     return get(conn, uuid)
@@ -74,6 +75,7 @@ def delete(conn: Connection, uuid: str) -> None:
     deployable_id = attribute["deployable_id"]
     if not conn.execute(sa.delete(t).where(t.c.uuid == uuid)).rowcount:
         raise exceptions.AttributeNotFound(uuid=uuid)
+    changes.mark(conn, changes.DEPLOYABLES)
     enqueue_sync_of_deployable(conn, deployable_id)
     before = {"key": attribute["key"], "value": attribute["value"]}
     _record(conn, "attribute.delete", deployable_id, before, None)

@@ -8,8 +8,9 @@ CPU for the whole report. ``insert_rows`` sends the same rows as one statement w
 text is built once per table, columns and row count, with the values converted by each
 column type's bind processor for the dialect (what SQLAlchemy applies), positional in the
 driver's own paramstyle, and the ids mapped back by each row's ``uuid`` (never by the
-order of ``RETURNING``, which no database promises). The statement is plain SQL: the
-change tracking of exosuit/db/changes.py sees it as it sees any raw write.
+order of ``RETURNING``, which no database promises). It marks no change counter itself
+(exosuit/db/changes.py): its caller, which knows what the rows are, marks what they
+change, as exosuit/db/inventory.py does after inserting a new host's deployables.
 
 Rows must have the same keys; a column left out gets its scalar default, as SQLAlchemy
 would give it, or the database's server default. Rows are sent in pages of at most

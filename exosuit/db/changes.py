@@ -21,28 +21,40 @@ never newer, so the next look at the counter finds it changed. Equal versions me
 no change was committed in between. The counter's rows are never deleted (they are
 Prometheus counters too, and only grow).
 
-Changes are noticed on every connection of the engine ``track`` is given (any
-INSERT, UPDATE or DELETE of those tables, through SQLAlchemy or as raw SQL) and
-counted by ``Database.writer`` (exosuit/db/api.py) as its transaction commits: every
-write of Exosuit goes through it. (A write on a connection taken otherwise, such as a
-migration's, is not counted: the API's cache forgets an entry after a while anyway.)
+A write function of exosuit/db/ says what it changed: next to each statement that
+writes what a counter counts, ``mark(conn, DEPLOYABLES)`` or ``mark(conn,
+HOST_REPORTS)``. The mark is kept with the transaction's connection, and
+``Database.writer`` (exosuit/db/api.py) counts it as the transaction commits (a
+transaction rolled back forgets its marks); every write of Exosuit goes through it. (A
+write on a connection taken otherwise, such as a migration's, is not counted: the API's
+cache forgets an entry after a while anyway.)
 
-NOTE: the statements are watched through the dialect's execute hooks, not the
-connection's events: a connection event listener costs every statement of the
-engine about 7 µs of SQLAlchemy's dispatch (a tenth of a millisecond per ARQ cycle).
+Why a mark and not a return value: a write function already returns its own answer
+(an ``ApplyResult``, the rows it wrote, the new generations), and what it changed
+would have to be carried up by every caller to the transaction that commits it
+(``desired_state.bump`` alone has a dozen callers, most of them write functions of
+their own): each caller is one more place to drop it. A mark goes from the statement
+straight to the transaction, whoever called; it sits beside the statement it describes,
+where a reader and a reviewer look. A forgotten mark is caught by a test, not a user:
+tests/helpers/change_marks.py watches every committed transaction of the gabbi stories
+and of tests/db/test_change_marks.py and fails one that wrote what a counter counts
+without bumping it.
+
+NOTE: nothing here watches the SQL a connection sends (this module once matched it
+against regular expressions at the dialect's execute hooks): a hook costs every
+statement of the engine, and recognising a write from its text is guesswork that a
+reader cannot follow.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import re
 import threading
-from typing import Any
+from typing import Any, Final, Literal
 
 import sqlalchemy as sa
-from sqlalchemy import event
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from exosuit.db import metrics, models
 
@@ -50,34 +62,23 @@ __all__ = [
     "DEPLOYABLES",
     "HOST_REPORTS",
     "SLOTS",
+    "Counter",
     "CounterReader",
     "count",
     "forget",
-    "track",
+    "mark",
     "version",
 ]
 
 LOG = logging.getLogger(__name__)
 
+Counter = Literal["exosuit_deployable_changes", "exosuit_host_report_changes"]
 # Committed transactions that changed deployables or their attributes (by slot).
-DEPLOYABLES = "exosuit_deployable_changes"
+DEPLOYABLES: Final = "exosuit_deployable_changes"
 # Committed transactions that changed a host's snapshot hash or desired generation.
-HOST_REPORTS = "exosuit_host_report_changes"
+HOST_REPORTS: Final = "exosuit_host_report_changes"
 SLOTS = 16
 
-# table -> the statements on it that change the list
-_WATCHED = {
-    "deployables": {"INSERT", "UPDATE", "DELETE"},
-    "attributes": {"INSERT", "UPDATE", "DELETE"},
-    "devices": {"DELETE"},  # cascades to its deployables and their attributes
-}
-_RAW_DML = re.compile(r"^\s*(INSERT|UPDATE|DELETE|REPLACE)\b", re.IGNORECASE)
-_RAW_TABLES = re.compile(r"\b(deployables|attributes|devices)\b", re.IGNORECASE)
-_RAW_HOSTS = re.compile(r"\bhosts\b", re.IGNORECASE)
-# What an UPDATE of hosts sets, from its SQL: the columns an unchanged report is answered
-# from (the SET clause runs to WHERE, or to the end of an UPDATE of every host).
-_HOST_SET = re.compile(r"\bSET\b(.*?)(?:\bWHERE\b|$)", re.IGNORECASE | re.DOTALL)
-_HOST_REPORT_COLUMNS = re.compile(r"\b(snapshot_hash|desired_generation)\b", re.IGNORECASE)
 _CHANGED = "exosuit_changed"  # in Connection.info: the counters a transaction moves
 
 _counters = models.metric_counters
@@ -168,64 +169,19 @@ def version_query(counter: str) -> sa.ScalarSelect[Any]:
     return _Q_VERSION[counter].scalar_subquery()
 
 
-def _changes_list(context: Any, statement: str) -> bool:
-    """Whether the statement about to run changes the deployable list."""
-    compiled = getattr(context, "compiled", None)
-    element = getattr(compiled, "statement", None)
-    if isinstance(element, (sa.Insert, sa.Update, sa.Delete)):
-        kinds = _WATCHED.get(getattr(element.table, "name", ""), ())
-        return bool(
-            (context.isinsert and "INSERT" in kinds)
-            or (context.isupdate and "UPDATE" in kinds)
-            or (context.isdelete and "DELETE" in kinds)
-        )
-    if compiled is not None and not isinstance(element, sa.TextClause):
-        return False  # a SELECT (or DDL) of SQLAlchemy Core: the common case, decided first
-    # Raw SQL or text(): any write that names a watched table counts.
-    return bool(_RAW_DML.match(statement) and _RAW_TABLES.search(statement))
-
-
-def _changes_host_reports(context: Any, statement: str) -> bool:
-    """Whether the statement about to run changes a host's snapshot hash or desired
-    generation (or adds or deletes a host)."""
-    compiled = getattr(context, "compiled", None)
-    element = getattr(compiled, "statement", None)
-    if isinstance(element, (sa.Insert, sa.Update, sa.Delete)):
-        if getattr(element.table, "name", "") != "hosts":
-            return False
-        if not context.isupdate:
-            return True
-    elif compiled is not None and not isinstance(element, sa.TextClause):
-        return False  # a SELECT (or DDL) of SQLAlchemy Core
-    elif not (_RAW_DML.match(statement) and _RAW_HOSTS.search(statement)):
-        return False
-    else:  # raw SQL on hosts: any but an UPDATE that sets neither column counts
-        if not statement.lstrip()[:6].upper() == "UPDATE":
-            return True
-    found = _HOST_SET.search(statement)
-    return found is None or bool(_HOST_REPORT_COLUMNS.search(found.group(1)))
-
-
-def track(engine: Engine) -> None:
-    """Notice the statements on ``engine`` that change the list (see ``count``)."""
-
-    def _execute(_cursor: Any, statement: str, _parameters: Any, context: Any) -> bool:
-        if _changes_list(context, statement):
-            context.root_connection.info.setdefault(_CHANGED, set()).add(DEPLOYABLES)
-        if _changes_host_reports(context, statement):
-            context.root_connection.info.setdefault(_CHANGED, set()).add(HOST_REPORTS)
-        return False  # the statement still runs as usual
-
-    def _execute_no_params(_cursor: Any, statement: str, context: Any) -> bool:
-        return _execute(_cursor, statement, None, context)
-
-    event.listen(engine, "do_execute", _execute)
-    event.listen(engine, "do_executemany", _execute)
-    event.listen(engine, "do_execute_no_params", _execute_no_params)
+def mark(conn: Connection, counter: Counter) -> None:
+    """The transaction on ``conn`` changed what ``counter`` counts: ``Database.writer``
+    bumps it as the transaction commits (once, however many marks). Call it beside the
+    statement that made the change, whether or not that statement found a row."""
+    changed = conn.info.get(_CHANGED)
+    if changed is None:
+        conn.info[_CHANGED] = {counter}
+    else:
+        changed.add(counter)
 
 
 def forget(conn: Connection) -> None:
-    """Start a transaction with nothing noticed (a rolled-back one may have left a mark)."""
+    """Start a transaction with nothing marked (a rolled-back one may have left a mark)."""
     conn.info.pop(_CHANGED, None)
 
 

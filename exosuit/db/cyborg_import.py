@@ -59,7 +59,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from exosuit.db import models
+from exosuit.db import changes, models
 from exosuit.db import nova as nova_db
 from exosuit.db.placement import enqueue_sync
 from exosuit.db.statements import insert_if_absent
@@ -413,6 +413,8 @@ class _Importer:
                 raise ImportFailed(table.name, values["uuid"], reason) from error
             assert key is not None  # a single-row insert
             new_id: int = key[0]
+            if table is models.deployables or table is models.attributes:
+                changes.mark(self.conn, changes.DEPLOYABLES)
         else:
             self.dry_ids -= 1
             new_id = self.dry_ids
@@ -784,5 +786,6 @@ class _Importer:
         )
         for hostname in sorted(self.hosts):
             self.conn.execute(insert, {"hostname": hostname, "created_at": self.now})
+            changes.mark(self.conn, changes.HOST_REPORTS)
         for hostname in sorted(self.changed_hosts):
             enqueue_sync(self.conn, hostname, verify=True)

@@ -41,7 +41,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from exosuit.db import models, programs
+from exosuit.db import changes, models, programs
 
 __all__ = [
     "ACTIVATING",
@@ -259,6 +259,7 @@ def bump(conn: Connection, hostnames: Collection[str] | None) -> dict[str, int]:
         stmt = stmt.where(hosts.c.hostname.in_(names))
         select = select.where(hosts.c.hostname.in_(names))
     conn.execute(stmt)
+    changes.mark(conn, changes.HOST_REPORTS)
     return {r.hostname: int(r.desired_generation) for r in conn.execute(select)}
 
 

@@ -455,6 +455,8 @@ class _Applier:
                 )
                 owners.append((cpid_id, deployable))
         deployable_ids = bulk.insert_rows(self.conn, dep, deployable_rows, ids=True)
+        if deployable_rows:
+            changes.mark(self.conn, changes.DEPLOYABLES)  # their attributes come with them
         attribute_rows, handle_rows = [], []
         for deployable_id, (cpid_id, deployable) in zip(deployable_ids, owners, strict=True):
             for item in deployable["attributes"]:
@@ -507,17 +509,17 @@ class _Applier:
     ) -> None:
         self.services[row.id] = _services(device)
         values = _device_values(device)
-        changes = {k: v for k, v in values.items() if getattr(row, k) != v}
+        changed = {k: v for k, v in values.items() if getattr(row, k) != v}
         reported = health.reported(row, device, self.now)
-        changes.update(reported)
+        changed.update(reported)
         held = health.hold_record(reported, row)
         if held is not None:
             self._audit("health.hold", row.uuid, *held)
-        if changes:
-            before = {k: getattr(row, k) for k in changes}
-            self._audit("update", row.uuid, before, dict(changes))
-            changes["updated_at"] = self.now
-            self.conn.execute(sa.update(dev).where(dev.c.id == row.id).values(**changes))
+        if changed:
+            before = {k: getattr(row, k) for k in changed}
+            self._audit("update", row.uuid, before, dict(changed))
+            changed["updated_at"] = self.now
+            self.conn.execute(sa.update(dev).where(dev.c.id == row.id).values(**changed))
             self.result.updated += 1
         cpid_id = self.cpids.get(row.id)
         if cpid_id is None:
@@ -568,6 +570,7 @@ class _Applier:
                 .where(dep.c.id == current.id)
                 .values(name=deployable["name"], updated_at=self.now)
             )
+            changes.mark(self.conn, changes.DEPLOYABLES)
             self.result.updated += 1
             matched[deployable["name"]] = current
         return matched
@@ -603,6 +606,7 @@ class _Applier:
                 .values(deployable_id=None)
             )
             self.conn.execute(sa.delete(dev).where(dev.c.id == row.id))
+            changes.mark(self.conn, changes.DEPLOYABLES)  # its deployables go with it
             self.result.deleted += 1
             before = {k: getattr(row, k) for k in _BRIEF}
             self._audit("disappear", row.uuid, before, None)
@@ -682,21 +686,23 @@ class _Applier:
                 )
             )
         )
+        changes.mark(self.conn, changes.DEPLOYABLES)
         self._sync_attributes(deployable_id, deployable["attributes"])
         self._sync_handles(deployable_id, cpid_id, deployable["attach_handles"])
 
     def _update_deployable(
         self, current: sa.Row[*tuple[Any, ...]], cpid_id: int, deployable: dict[str, Any]
     ) -> None:
-        changes: dict[str, Any] = {}
+        values: dict[str, Any] = {}
         if current.num_accelerators != deployable["num_accelerators"]:
-            changes["num_accelerators"] = deployable["num_accelerators"]
+            values["num_accelerators"] = deployable["num_accelerators"]
         if current.driver_name != deployable.get("driver_name"):
-            changes["driver_name"] = deployable.get("driver_name")
-        if changes:
+            values["driver_name"] = deployable.get("driver_name")
+        if values:
             self.conn.execute(
-                sa.update(dep).where(dep.c.id == current.id).values(updated_at=self.now, **changes)
+                sa.update(dep).where(dep.c.id == current.id).values(updated_at=self.now, **values)
             )
+            changes.mark(self.conn, changes.DEPLOYABLES)
             self.result.updated += 1
         self._sync_attributes(current.id, deployable["attributes"])
         self._sync_handles(current.id, cpid_id, deployable["attach_handles"])
@@ -716,6 +722,7 @@ class _Applier:
             sa.update(arq).where(arq.c.deployable_id == current.id).values(deployable_id=None)
         )
         self.conn.execute(sa.delete(dep).where(dep.c.id == current.id))
+        changes.mark(self.conn, changes.DEPLOYABLES)
         self.result.deleted += 1
 
     # -- attributes and attach handles -----------------------------------------------
@@ -736,15 +743,18 @@ class _Applier:
                         created_at=self.now,
                     )
                 )
+                changes.mark(self.conn, changes.DEPLOYABLES)
             elif current.value != item["value"]:
                 self.conn.execute(
                     sa.update(attr)
                     .where(attr.c.id == current.id)
                     .values(value=item["value"], updated_at=self.now)
                 )
+                changes.mark(self.conn, changes.DEPLOYABLES)
         gone = [a.id for k, a in existing.items() if k not in keys]
         if gone:
             self.conn.execute(sa.delete(attr).where(attr.c.id.in_(gone)))
+            changes.mark(self.conn, changes.DEPLOYABLES)
 
     def _sync_handles(self, deployable_id: int, cpid_id: int, wanted: list[dict[str, Any]]) -> None:
         existing = {h.attach_info: h for h in self.handles.get(deployable_id, ())}
@@ -839,6 +849,7 @@ def apply_snapshot(
         "usage_at": now,
     }
     conn.execute(_UPDATE_HOST, {"host_id": host.id, "updated_at": now, **values})
+    changes.mark(conn, changes.HOST_REPORTS)  # its snapshot hash
     # The host's providers in Placement follow (exosuit/placement), in this transaction.
     # A host first seen in this transaction has no pending sync to coalesce with (a
     # duplicate would only cost one more sync run).
@@ -869,6 +880,7 @@ def _lock_host(
     returning = _insert_host_returning(conn.dialect.name)
     if returning is not None:
         inserted = conn.execute(returning, params).first()
+        changes.mark(conn, changes.HOST_REPORTS)  # a new host's row (or none: it existed)
         if inserted is not None:
             return inserted, True
         return conn.execute(_LOCK_HOST, {"hostname": hostname}).one(), False
@@ -879,6 +891,7 @@ def _lock_host(
     conn.execute(
         insert_if_absent(conn.dialect.name, hosts, ("hostname", "created_at"), "hostname"), params
     )
+    changes.mark(conn, changes.HOST_REPORTS)  # a new host's row
     # The row exists now: inserted here, or committed by the insert waited for.
     return conn.execute(_LOCK_HOST, {"hostname": hostname}).one(), True
 

@@ -34,7 +34,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from exosuit import exceptions
-from exosuit.db import audit, models
+from exosuit.db import audit, changes, models
 from exosuit.db.placement import enqueue_sync
 
 __all__ = [
@@ -374,7 +374,9 @@ def _queue(
     took the deployable first."""
     uuid = _insert(conn, deployable, image, state=PENDING, **who)
     params = {"p_id": deployable.id, "p_program": uuid, "p_now": models.utcnow()}
-    if conn.execute(_Q_SET_RUNNING, params).rowcount != 1:
+    took = conn.execute(_Q_SET_RUNNING, params).rowcount == 1
+    changes.mark(conn, changes.DEPLOYABLES)
+    if not took:
         conn.execute(sa.delete(prog).where(prog.c.uuid == uuid))
         return None
     _changed(conn, deployable.hostname)
@@ -394,6 +396,7 @@ def _queue(
 def _changed(conn: Connection, hostname: str) -> None:
     """What the host must run changed: a new generation, and its providers' reservation."""
     conn.execute(_Q_BUMP, {"p_hostname": hostname})
+    changes.mark(conn, changes.HOST_REPORTS)
     enqueue_sync(conn, hostname)
 
 
@@ -578,6 +581,7 @@ def _end(
         conn.execute(
             _Q_CLEAR_RUNNING.values(**values), {"p_id": row.deployable_id, "p_program": row.uuid}
         )
+        changes.mark(conn, changes.DEPLOYABLES)
         _record_end(conn, row, state, reason, values.get("bitstream_id", row.previous_image_uuid))
     _changed(conn, row.hostname)
     return True

@@ -46,6 +46,7 @@ from exosuit.db import arqs, device_profiles, inventory, migration, models
 from exosuit.db.api import Database
 from exosuit.drivers.base import AttachHandle, Deployable, Device, Service, pci_cpid
 from tests.conftest import MYSQL_URL, POSTGRESQL_URL, _Server
+from tests.helpers import change_marks
 from tests.helpers.inventory import fpga, snapshot
 
 __all__ = ["HOSTNAME", "SNAPSHOTS", "LazyApp", "drop_databases", "fixtures_for", "write_snapshots"]
@@ -101,6 +102,9 @@ def _new_database(backend: str) -> Database:
         url = server.create()
     db = Database(url)
     migration.upgrade(db)
+    # Every write transaction of the story is held to exosuit/db/changes.py's rule
+    # (test_gabbits.py checks after each test).
+    change_marks.watch(db.engine)
     return db
 
 

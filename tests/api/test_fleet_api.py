@@ -13,7 +13,7 @@ import json
 
 import sqlalchemy as sa
 
-from exosuit.db import jobs, models, placement
+from exosuit.db import changes, jobs, models, placement
 from tests.conftest import ApiClient
 from tests.helpers.inventory import fpga, snapshot
 
@@ -134,18 +134,21 @@ def _last_report_at(api: ApiClient) -> dt.datetime:
 
 def _age(api: ApiClient, seconds: float) -> None:
     """Make the host's last report ``seconds`` old, as if it had been quiet that long.
-    Its hash is set too (to itself): the API's cache of host reports keeps the report
-    time it read, which real time would age but this rewrite does not; a write of the
-    hash is a change it notices (exosuit/db/changes.py)."""
+    Its hash is set too (to itself), and marked as a change: the API's cache of host
+    reports keeps the report time it read, which real time would age but this rewrite
+    does not; a write of the hash is a change it hears of (exosuit/db/changes.py)."""
     hosts = models.hosts
     when = models.utcnow() - dt.timedelta(seconds=seconds)
-    api.app.application.db.write(
-        lambda conn: conn.execute(
+
+    def _write(conn):
+        conn.execute(
             sa.update(hosts)
             .where(hosts.c.hostname == HOST)
             .values(last_report_at=when, snapshot_hash=hosts.c.snapshot_hash)
         )
-    )
+        changes.mark(conn, changes.HOST_REPORTS)
+
+    api.app.application.db.write(_write)
 
 
 def test_an_unchanged_report_keeps_a_quiet_host_from_looking_stale(api):

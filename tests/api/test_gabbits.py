@@ -2,7 +2,9 @@
 
 Each YAML file is one ordered story on a fresh database (see gabbi_fixtures).
 The same stories run on SQLite, PostgreSQL and MariaDB; a backend whose server
-is absent is skipped with the reason (a failure under CI=true).
+is absent is skipped with the reason (a failure under CI=true). After each test, no
+write transaction of the story may have changed what the API caches without marking
+it (exosuit/db/changes.py; the watch is tests/helpers/change_marks.py).
 
 Run one file on one backend with, for example:
 ``pytest tests/api/test_gabbits.py -k "sqlite and arqs"``. A test
@@ -25,6 +27,7 @@ from gabbi import driver, reporter
 
 from tests.api import gabbi_fixtures
 from tests.conftest import BACKENDS
+from tests.helpers import change_marks
 
 GABBITS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "gabbits")
 
@@ -90,3 +93,7 @@ def _stories():
 def test_gabbi(story, case):
     _STORIES.enter(story, case)
     case.run(reporter.PyTestResult())
+    # No write of the story changed what the API caches without saying so
+    # (exosuit/db/changes.py: mark; tests/helpers/change_marks.py).
+    missed = change_marks.all_missed()
+    assert not missed, "a change not marked:\n" + "\n".join(map(str, missed))

@@ -255,7 +255,7 @@ def test_persona_tokens_carry_the_roles_and_scope_of_the_table(exosuit, persona)
 
 def _one_op_per_pattern(cases: list[tuple[Op, str]]) -> list[tuple[Op, str]]:
     """The table's cases, keeping one operation for each pattern of outcomes (a read or
-    a write, and what each persona gets): tests/functional/test_policy.py runs every
+    a write, and what each persona gets): tests/api/test_policy.py runs every
     operation in-process, and what this module adds, real tokens turned into the same
     identity by keystonemiddleware, does not depend on the operation beyond that."""
     first: dict[tuple, str] = {}
@@ -307,7 +307,7 @@ SCOPE_REFUSED = {
 
 
 # One operation per method: the refusal comes before any rule (Application.authorize),
-# and tests/functional/test_policy.py refuses every operation to the same identity.
+# and tests/api/test_policy.py refuses every operation to the same identity.
 SCOPED_BY_METHOD = list({op.method: op for op in reversed(SCOPED_OPS)}.values())
 
 

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from exosuit.api.deploy import loadapp
-from exosuit.db import changes, desired_state, models
+from exosuit.db import changes, desired_state, inventory, models
 from tests.conftest import ApiClient
 from tests.db.test_unchanged_reports import statements
 from tests.helpers.inventory import fpga, snapshot
@@ -68,9 +68,16 @@ def test_a_desired_state_changed_elsewhere_comes_in_the_answer(two, database, fi
     assert "desired_state" not in _put(a, first, "1").json
 
 
+def _delete_hosts(conn) -> None:
+    """No write function of Exosuit deletes a host: a test that does says so, as they
+    would (exosuit/db/changes.py: ``mark``)."""
+    conn.execute(sa.delete(models.hosts))
+    changes.mark(conn, changes.HOST_REPORTS)
+
+
 def test_a_host_deleted_elsewhere_is_not_answered_from_the_cache(two, database, first):
     a, _ = two
-    database.write(lambda conn: conn.execute(sa.delete(models.hosts)))
+    database.write(_delete_hosts)
     response = _put(a, first)
     assert response.status_code == 412, response.text
 
@@ -79,19 +86,39 @@ def _version(database) -> int:
     return database.read(changes.version, changes.HOST_REPORTS)
 
 
-@pytest.mark.parametrize(
-    ("sql", "moves"),
-    [
-        ("UPDATE hosts SET desired_generation = desired_generation + 1", True),
-        ("UPDATE hosts SET snapshot_hash = 'x' WHERE hostname = 'cached-host'", True),
-        ("UPDATE hosts SET last_report_at = NULL", False),
-        ("UPDATE hosts SET observed_generation = 3 WHERE snapshot_hash = 'x'", False),
-        ("DELETE FROM hosts WHERE hostname = 'cached-host'", True),
-    ],
-)
-def test_what_moves_the_version(database, first, sql, moves):
+def _changed_snapshot(conn) -> None:
+    inventory.apply_snapshot(conn, HOST, snapshot(HOST, [fpga("0000:0d:00.0")]))
+
+
+def _report_time(conn) -> None:
+    assert inventory.touch_host(conn, HOST, _hash(conn), 0.0)
+
+
+def _observed_generation(conn) -> None:
+    inventory.touch_host(conn, HOST, _hash(conn), 3600.0, observed_generation=3)
+
+
+def _hash(conn) -> str:
+    hosts = models.hosts
+    query = sa.select(hosts.c.snapshot_hash).where(hosts.c.hostname == HOST)
+    return str(conn.execute(query).scalar_one())
+
+
+# The writes of a host's row, through the write functions that make them.
+WRITES = {
+    "desired generation": (lambda conn: desired_state.bump(conn, [HOST]), True),
+    "snapshot hash": (_changed_snapshot, True),
+    "report time": (_report_time, False),
+    "observed generation": (_observed_generation, False),
+    "host deleted": (_delete_hosts, True),
+}
+
+
+@pytest.mark.parametrize("write", WRITES, ids=list(WRITES))
+def test_what_moves_the_version(database, first, write):
+    fn, moves = WRITES[write]
     before = _version(database)
-    database.write(lambda conn: conn.exec_driver_sql(sql))
+    database.write(fn)
     assert (_version(database) > before) is moves
 
 

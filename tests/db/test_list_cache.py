@@ -85,12 +85,22 @@ def _attribute_deleted(api, database):
     assert api.delete(f"/v2/attributes/{attributes[0]['uuid']}").status_code == 204
 
 
+# A write outside Exosuit's write functions says what it changed, as they do
+# (exosuit/db/changes.py: ``mark``).
 def _renamed_in_sqlalchemy(api, database):
-    database.write(lambda conn: conn.execute(sa.update(dep).values(bitstream_id=str(uuid.uuid4()))))
+    def _write(conn):
+        conn.execute(sa.update(dep).values(bitstream_id=str(uuid.uuid4())))
+        changes.mark(conn, changes.DEPLOYABLES)
+
+    database.write(_write)
 
 
 def _renamed_in_raw_sql(api, database):
-    database.write(lambda conn: conn.exec_driver_sql("UPDATE deployables SET name = 'renamed'"))
+    def _write(conn):
+        conn.exec_driver_sql("UPDATE deployables SET name = 'renamed'")
+        changes.mark(conn, changes.DEPLOYABLES)
+
+    database.write(_write)
 
 
 def _other_host_reports(api, database):
@@ -183,12 +193,46 @@ def test_binds_leave_the_version_alone(api, database):
     assert database.read(changes.version) == version
 
 
+def _bind(api, hostname: str, rp: str) -> str:
+    """An ARQ of profile ``p`` bound to the deployable of provider ``rp``: its instance."""
+    (arq,) = api.post("/v2/accelerator_requests", {"device_profile_name": "p"}).json["arqs"]
+    instance = str(uuid.uuid4())
+    ops = [
+        {"op": "add", "path": "/hostname", "value": hostname},
+        {"op": "add", "path": "/device_rp_uuid", "value": rp},
+        {"op": "add", "path": "/instance_uuid", "value": instance},
+    ]
+    assert api.patch("/v2/accelerator_requests", {arq["uuid"]: ops}).status_code == 202
+    return instance
+
+
+def test_a_lost_device_deleted_at_its_release_shows_in_the_next_list(api, conf, database):
+    """A device gone from its host's report while held is kept (lost) until its holder
+    releases it; the release deletes it (exosuit/db/arqs.py), not a report."""
+    report(database, ["0000:10:00.0", "0000:11:00.0"])
+    profile = [{"name": "p", "groups": [{"resources:FPGA": "1"}]}]
+    assert api.post("/v2/device_profiles", profile).status_code == 201
+    (held,) = [
+        d for d in api.get("/v2/deployables").json["deployables"] if "0000:11:00.0" in d["name"]
+    ]
+    instance = _bind(api, HOST, held["rp_uuid"])
+    report(database, ["0000:10:00.0"])  # the held device stays, lost
+    before = listed(api)
+    assert before == fresh(conf, database)
+    assert held["uuid"] in before.decode()
+    assert api.delete(f"/v2/accelerator_requests?instance={instance}").status_code == 204
+    after = listed(api)
+    assert held["uuid"] not in after.decode()
+    assert after == fresh(conf, database)
+
+
 def test_a_failed_write_does_not_count(database):
     report(database, ["0000:10:00.0"])
     version = database.read(changes.version)
 
     def _fails(conn):
         conn.execute(sa.update(dep).values(name="never"))
+        changes.mark(conn, changes.DEPLOYABLES)
         raise RuntimeError("rolled back")
 
     with pytest.raises(RuntimeError):

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from exosuit import schemas
 from exosuit.api.deploy import loadapp
-from exosuit.db import models
+from exosuit.db import changes, models
 from exosuit.db.api import Database
 from tests.conftest import ApiClient, empty_database, make_test_conf, new_database_url
 
@@ -199,10 +199,11 @@ def _plain(value: Any) -> Any:
 
 
 def _forget_hash(db: Database) -> None:
-    # Through the writer: the API's cache of host reports notices the write
-    # (exosuit/db/changes.py), as it notices every write of a hash.
+    # Through the writer, marked: the API's cache of host reports hears of the write
+    # (exosuit/db/changes.py), as of every write of a hash.
     with db.writer() as conn:
         conn.execute(sa.update(models.hosts).values(snapshot_hash=None))
+        changes.mark(conn, changes.HOST_REPORTS)
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])

@@ -9,7 +9,7 @@ import datetime as dt
 import sqlalchemy as sa
 
 from exosuit import schemas
-from exosuit.db import models
+from exosuit.db import changes, models
 from tests.helpers.devices import (
     FIRST,
     HOST,
@@ -92,9 +92,9 @@ def test_a_changed_report_replaces_the_services_keeping_those_that_stay(api):
 
 def _move_last_report(database, hostname: str, seconds: float) -> None:
     """As if ``seconds`` had passed since the host's last report. Its hash is set too
-    (to itself): the API's cache of host reports keeps the report time it read, which
-    real time would age but this rewrite does not; a write of the hash is a change it
-    notices (exosuit/db/changes.py)."""
+    (to itself), and marked as a change: the API's cache of host reports keeps the
+    report time it read, which real time would age but this rewrite does not; a write
+    of the hash is a change it hears of (exosuit/db/changes.py)."""
     hosts = models.hosts
     with database.writer() as conn:
         conn.execute(
@@ -105,6 +105,7 @@ def _move_last_report(database, hostname: str, seconds: float) -> None:
                 snapshot_hash=hosts.c.snapshot_hash,
             )
         )
+        changes.mark(conn, changes.HOST_REPORTS)
 
 
 def _host_row(database, hostname: str = HOST):
