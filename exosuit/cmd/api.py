@@ -12,9 +12,14 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from exosuit.cmd import add_config_argument, setup_logging
 from exosuit.stopping import stop_while_starting
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +36,7 @@ def _main(argv: list[str] | None) -> int:
     parser.add_argument("--port", type=int, help="Port to listen on ([api] port).")
     parser.add_argument("--workers", type=int, help="Worker processes ([api] workers).")
     args = parser.parse_args(argv)
-    overrides = {}
+    overrides: dict[str, Any] = {}
     if args.host:
         overrides["api.host_ip"] = args.host
     if args.port is not None:
@@ -76,7 +81,7 @@ def _multiprocess_metrics(workers: int) -> str | None:
     return path
 
 
-def _serve(conf, config_files: list[str], workers: int) -> None:
+def _serve(conf: cfg.ConfigOpts, config_files: list[str], workers: int) -> None:
     if conf.api.server == "granian":
         _run_granian(conf, config_files, workers)
         return
@@ -99,7 +104,10 @@ def _serve(conf, config_files: list[str], workers: int) -> None:
             for key, value in options.items():
                 self.cfg.set(key, value)
 
-        def load(self):
+        # Callable[..., …]: gunicorn's stubs describe the WSGI callable with looser
+        # argument types than wsgiref.types (which the app is written against); gunicorn
+        # calls it as PEP 3333 says.
+        def load(self) -> Callable[..., Iterable[bytes]]:
             # Each worker builds its own app (and database pool) after the fork.
             from exosuit.api.deploy import loadapp
 
@@ -108,7 +116,7 @@ def _serve(conf, config_files: list[str], workers: int) -> None:
     _Gunicorn().run()
 
 
-def _run_granian(conf, config_files: list[str], workers: int) -> None:
+def _run_granian(conf: cfg.ConfigOpts, config_files: list[str], workers: int) -> None:
     """Granian's workers import exosuit.wsgi, which reads EXOSUIT_CONFIG_FILE."""
     from granian import Granian
     from granian.constants import Interfaces
@@ -129,7 +137,7 @@ def _run_granian(conf, config_files: list[str], workers: int) -> None:
     ).serve()
 
 
-def _check_schema(conf) -> None:
+def _check_schema(conf: cfg.ConfigOpts) -> None:
     from exosuit.db import migration
     from exosuit.db.api import Database
 
