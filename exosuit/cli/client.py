@@ -207,8 +207,10 @@ class ApiClient:
             raise _error_from(response)
         return response
 
-    def get(self, path: str, params: dict[str, str] | None = None) -> Any:
-        return _json(self._request("GET", self.url + path, params=params))
+    def get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
+        """The JSON object a GET answers (every resource of the API is one)."""
+        body: dict[str, Any] = _json(self._request("GET", self.url + path, params=params))
+        return body
 
     def post(self, path: str, body: Any = None) -> Any:
         kwargs = {} if body is None else {"json": body}
