@@ -81,7 +81,9 @@ def _handle(row: Row[Any]) -> dict[str, Any]:
     return handle
 
 
-def list_attach_handles(conn: Connection, *, filters: Filters, page: Page) -> list[dict[str, Any]]:
+def list_attach_handles(
+    conn: Connection, *, filters: Filters, page: Page | None
+) -> list[dict[str, Any]]:
     """A page of handles (``page.marker``: the uuid of the last one seen), one more than
     ``page.limit`` when more remain."""
     stmt = paginate(conn, _SELECT.where(*filters.clauses()), ah, page, SORT_COLUMNS)

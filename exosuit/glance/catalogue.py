@@ -23,11 +23,14 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from exosuit import exceptions
 from exosuit.db import images as db
 from exosuit.images import verify
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRead
 
 __all__ = [
     "folder_of",
@@ -95,7 +98,11 @@ def signature_of(image: Mapping[str, Any]) -> verify.Signature | None:
 
 
 def receive(
-    conf: Any, database: Any, image: dict[str, Any], stream: BinaryIO, length: int | None
+    conf: Any,
+    database: Any,
+    image: dict[str, Any],
+    stream: SupportsRead[bytes],
+    length: int | None,
 ) -> dict[str, Any]:
     """Store the data of queued ``image`` read from ``stream`` (``length`` bytes when
     declared) and return the image, now active.
@@ -134,7 +141,7 @@ def receive(
 
 
 def _copy(
-    stream: BinaryIO,
+    stream: SupportsRead[bytes],
     out: BinaryIO,
     uuid: str,
     length: int | None,

@@ -10,7 +10,7 @@ from exosuit.api.schemas import agent_activations as schema
 from exosuit.db import activations as db
 
 
-def put_activation(req: wsgi.Request):
+def put_activation(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"activation": <the device's activation now>}``.
 
     ``{"action": "install" | "uninstall", "generation", "state": "done" | "failed",

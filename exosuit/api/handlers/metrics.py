@@ -11,7 +11,7 @@ import webob
 from exosuit import metrics as db_metrics
 from exosuit.api import wsgi
 from exosuit.api.handlers import agent, deployables
-from exosuit.db import fleet_metrics
+from exosuit.db import Connection, fleet_metrics
 from exosuit.db.fleet_metrics import DEVICE_LABELS, HOLDER_LABELS, STATE_LABELS
 from exosuit.metrics import Families, Family
 from exosuit.placement import metrics as placement_metrics
@@ -23,7 +23,7 @@ HANDLES = "exosuit_device_attach_handles"
 HOLDER = "exosuit_device_holder"
 
 
-def _device_families(conn, stale_after: float) -> Iterator[Family]:
+def _device_families(conn: Connection, stale_after: float) -> Iterator[Family]:
     found = fleet_metrics.read_devices(conn, stale_after=stale_after)
     yield Family(
         INFO,
@@ -61,7 +61,7 @@ def _device_families(conn, stale_after: float) -> Iterator[Family]:
             )
 
 
-def _service_families(conn) -> Iterator[Family]:
+def _service_families(conn: Connection) -> Iterator[Family]:
     queue = fleet_metrics.job_queue(conn)
     yield Family(
         "exosuit_jobs",
@@ -119,7 +119,7 @@ def devices(stale_after: float) -> Families:
     return Families(functools.partial(_device_families, stale_after=stale_after))
 
 
-def metrics(req: wsgi.Request):
+def metrics(req: wsgi.Request) -> wsgi.Response:
     """200, Prometheus text format (OpenMetrics when Accept asks for it; gzip when
     Accept-Encoding allows it), streamed: the counters every process keeps in the
     database, gauges read from it (the devices', the job queue's, Placement's, the

@@ -12,6 +12,7 @@ from exosuit.api import wsgi
 from exosuit.api.schemas import UUID
 from exosuit.api.schemas.limits import Limits, exceeded
 from exosuit.db.arqs import units_per_group
+from exosuit.schemas import JSONObject
 
 NAME_PATTERN = "^[a-zA-Z0-9-_]+$"
 
@@ -57,7 +58,7 @@ def _bad(message: str) -> wsgi.ApiError:
     return wsgi.ApiError(400, message, "exosuit.device_profile.invalid")
 
 
-def normalize_groups(groups: list[dict], conf: Any = None) -> list[dict]:
+def normalize_groups(groups: list[JSONObject], conf: Any = None) -> list[dict[str, str]]:
     """Check every group key and value; strip blanks around names (as Cyborg does).
 
     ``resources:<RC>`` needs a standard or CUSTOM_ resource class and a positive
@@ -124,7 +125,7 @@ def handles_per_unit(conf: Any) -> dict[str, int]:
     return {k: int(v) for k, v in conf.accelerator_requests.attach_handles_per_unit.items()}
 
 
-def _check_sizes(index: int, group: dict, limits: Limits) -> None:
+def _check_sizes(index: int, group: JSONObject, limits: Limits) -> None:
     if len(group) > limits.group_keys:
         raise exceeded(
             f"groups[{index}] has {len(group)} keys", limits.group_keys, "max_group_keys"
