@@ -3,8 +3,6 @@ holds it; list and show."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from exosuit import exceptions
 from exosuit.api import pagination, wsgi
 from exosuit.api.policies import attach_handles as policies
@@ -15,7 +13,7 @@ SORT_KEYS = set(db.SORT_COLUMNS)
 _BOOLEANS = {"true": True, "false": False}
 
 
-def _serialize_holder(req: wsgi.Request, handle: dict[str, Any]) -> JSONObject | None:
+def _serialize_holder(req: wsgi.Request, handle: db.AttachHandleRow) -> JSONObject | None:
     if handle["arq_uuid"] is None:
         return None
     holder = {
@@ -29,7 +27,7 @@ def _serialize_holder(req: wsgi.Request, handle: dict[str, Any]) -> JSONObject |
     return holder
 
 
-def _serialize(req: wsgi.Request, handle: dict[str, Any]) -> JSONObject:
+def _serialize(req: wsgi.Request, handle: db.AttachHandleRow) -> JSONObject:
     return {
         "uuid": handle["uuid"],
         "hostname": handle["hostname"],

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from exosuit.api import pagination, wsgi
 from exosuit.api.policies import attributes as policies
 from exosuit.api.schemas import attributes as schema
@@ -13,7 +11,7 @@ from exosuit.schemas import JSONObject
 SORT_KEYS = set(db.SORT_COLUMNS)
 
 
-def _serialize(req: wsgi.Request, attribute: dict[str, Any]) -> JSONObject:
+def _serialize(req: wsgi.Request, attribute: db.AttributeRow) -> JSONObject:
     return {
         "uuid": attribute["uuid"],
         "deployable_id": attribute["deployable_id"],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from exosuit.api import pagination, wsgi
 from exosuit.api.handlers import programs
@@ -26,7 +25,7 @@ CHANGES = Counter(
 )
 
 
-def _serialize(req: wsgi.Request, deployable: dict[str, Any]) -> JSONObject:
+def _serialize(req: wsgi.Request, deployable: db.DeployableRow) -> JSONObject:
     return {
         "uuid": deployable["uuid"],
         "parent_id": deployable["parent_id"],

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from exosuit.api import pagination, wsgi
 from exosuit.api.policies import device_profiles as policies
 from exosuit.api.schemas import device_profiles as schema
@@ -13,7 +11,7 @@ from exosuit.schemas import JSONObject
 SORT_KEYS = set(db.SORT_COLUMNS)
 
 
-def _serialize(req: wsgi.Request, profile: dict[str, Any]) -> JSONObject:
+def _serialize(req: wsgi.Request, profile: db.DeviceProfileRow) -> JSONObject:
     return {
         "uuid": profile["uuid"],
         "name": profile["name"],

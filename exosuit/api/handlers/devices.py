@@ -4,7 +4,6 @@ ready or inactive; drain and undrain, health (2.9) (doc/devices.md)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from exosuit import exceptions
 from exosuit.api import pagination, wsgi
@@ -19,8 +18,8 @@ from exosuit.schemas import JSONObject
 SORT_KEYS = set(db.SORT_COLUMNS)
 
 
-def _serialize(req: wsgi.Request, device: dict[str, Any]) -> JSONObject:
-    body = {
+def _serialize(req: wsgi.Request, device: db.DeviceRow) -> JSONObject:
+    body: JSONObject = {
         "uuid": device["uuid"],
         "type": device["type"],
         "vendor": device["vendor"],
@@ -63,7 +62,7 @@ def _recover_after(req: wsgi.Request) -> float:
     return float(req.app.conf.health.recover_after)
 
 
-def _health(req: wsgi.Request, health: dict[str, Any]) -> JSONObject:
+def _health(req: wsgi.Request, health: health_db.HealthView) -> JSONObject:
     return {
         **health,
         "since": wsgi.format_time(health["since"]),

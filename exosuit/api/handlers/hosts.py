@@ -94,7 +94,7 @@ def _hostname(req: wsgi.Request) -> str:
     return hostname
 
 
-def _serialize_drain(answer: dict[str, Any]) -> JSONObject:
+def _serialize_drain(answer: drain_db.DrainedHost) -> JSONObject:
     return {**answer, "drained_at": wsgi.format_time(answer["drained_at"])}
 
 

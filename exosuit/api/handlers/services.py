@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from exosuit.api import pagination, wsgi
 from exosuit.api.policies import services as policies
@@ -22,7 +21,7 @@ PAGING = pagination.Paging(
 )
 
 
-def _serialize(service: dict[str, Any]) -> JSONObject:
+def _serialize(service: db.ServiceRow) -> JSONObject:
     return {
         "id": service["id"],
         "device_uuid": service["device_uuid"],
@@ -37,10 +36,10 @@ def _serialize(service: dict[str, Any]) -> JSONObject:
     }
 
 
-def filters(req: wsgi.Request) -> dict[str, str]:
+def filters(req: wsgi.Request) -> dict[str, str | bool]:
     """The exact-match filters: hostname, type (the device's), kind, name, enabled (true
     or false: 400 otherwise)."""
-    found: JSONObject = {}
+    found: dict[str, str | bool] = {}
     for name in ("hostname", "type", "kind", "name"):
         value = pagination.text_param(req, name)
         if value is not None:
