@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from exosuit.cmd import add_config_argument, setup_logging
 from exosuit.stopping import stop_while_starting
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from oslo_config import cfg
 
     from exosuit.db.api import Database
+    from exosuit.db.jobs import JobRow
 
 LOG = logging.getLogger("exosuit.conductor")
 STATES = ("pending", "running", "failed", "succeeded")
@@ -113,7 +114,7 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _row(job: dict[str, Any]) -> tuple[str, ...]:
+def _row(job: JobRow) -> tuple[str, ...]:
     when = job["lease_expires_at"] if job["state"] == "running" else job["run_after"]
     error = (job["last_error"] or "").splitlines()[0:1]
     return (

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Any
 
 from exosuit import exceptions, notifications
 from exosuit.api import pagination, wsgi
@@ -65,7 +64,7 @@ def _filters(req: wsgi.Request) -> dict[str, str]:
     return filters
 
 
-def _serialize(req: wsgi.Request, event: dict[str, Any]) -> JSONObject:
+def _serialize(req: wsgi.Request, event: db.AuditEventRow) -> JSONObject:
     return {
         **notifications.payload_of(event),
         "links": [req.link("audit_events", str(event["id"]))],

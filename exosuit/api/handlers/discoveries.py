@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from exosuit import exceptions
 from exosuit.api import pagination, wsgi
 from exosuit.api.policies import discoveries as policies
@@ -14,8 +12,8 @@ from exosuit.schemas import JSONObject
 PAGING = pagination.Paging(sort_keys=frozenset(db.SORT_COLUMNS), default_key="requested_at")
 
 
-def _serialize(req: wsgi.Request, discovery: dict[str, Any]) -> JSONObject:
-    body = {
+def _serialize(req: wsgi.Request, discovery: db.DiscoveryRow) -> JSONObject:
+    body: JSONObject = {
         "uuid": discovery["uuid"],
         "requested_at": wsgi.format_time(discovery["requested_at"]),
         "spread": discovery["spread"],

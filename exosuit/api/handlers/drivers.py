@@ -4,7 +4,6 @@ update and uninstall them on hosts (doc/devices.md, "Drivers as managed objects"
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from exosuit.api import pagination, wsgi
 from exosuit.api.policies import drivers as policies
@@ -24,7 +23,7 @@ PAGING = pagination.Paging(
 )
 
 
-def _serialize(driver: dict[str, Any]) -> JSONObject:
+def _serialize(driver: db.DriverRow) -> JSONObject:
     return {
         "id": driver["id"],
         "hostname": driver["hostname"],

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from typing import Any
 
 from exosuit import exceptions
 from exosuit.api import pagination, wsgi
@@ -26,7 +25,7 @@ PAGING = pagination.Paging(
 )
 
 
-def _serialize_placement(host: dict[str, Any]) -> JSONObject | None:
+def _serialize_placement(host: db.HostRow) -> JSONObject | None:
     if host["placement_id"] is None:  # the conductor has not synced the host yet
         return None
     return {
@@ -38,8 +37,8 @@ def _serialize_placement(host: dict[str, Any]) -> JSONObject | None:
     }
 
 
-def _serialize(req: wsgi.Request, host: dict[str, Any]) -> JSONObject:
-    body = {
+def _serialize(req: wsgi.Request, host: db.HostRow) -> JSONObject:
+    body: JSONObject = {
         "hostname": host["hostname"],
         "agent_version": host["agent_version"],
         "last_report_at": wsgi.format_time(host["last_report_at"]),

@@ -4,7 +4,6 @@ failed job."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from exosuit import exceptions
 from exosuit.api import pagination, wsgi
@@ -24,7 +23,7 @@ PAGING = pagination.Paging(
 )
 
 
-def _serialize(req: wsgi.Request, job: dict[str, Any]) -> JSONObject:
+def _serialize(req: wsgi.Request, job: db.JobRow) -> JSONObject:
     return {
         "id": job["id"],
         "kind": job["kind"],
