@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from exosuit import exceptions
 from exosuit.db import images as db
+from exosuit.db.api import Database
 from exosuit.images import verify
 
 if TYPE_CHECKING:
@@ -99,11 +100,11 @@ def signature_of(image: Mapping[str, Any]) -> verify.Signature | None:
 
 def receive(
     conf: Any,
-    database: Any,
-    image: dict[str, Any],
+    database: Database,
+    image: db.ImageRow,
     stream: SupportsRead[bytes],
     length: int | None,
-) -> dict[str, Any]:
+) -> db.ImageRow:
     """Store the data of queued ``image`` read from ``stream`` (``length`` bytes when
     declared) and return the image, now active.
 
@@ -169,13 +170,10 @@ def _copy(
 
 
 def _activate(
-    conf: Any, database: Any, uuid: str, hasher: verify.Hasher, final: str
-) -> dict[str, Any]:
+    conf: Any, database: Database, uuid: str, hasher: verify.Hasher, final: str
+) -> db.ImageRow:
     try:
-        active: dict[str, Any] = database.write(
-            db.activate, uuid, size=hasher.size, sha256=hasher.sha256
-        )
-        return active
+        return database.write(db.activate, uuid, size=hasher.size, sha256=hasher.sha256)
     except exceptions.ImageNotFound:  # deleted while its data came in
         remove(conf, uuid)
         raise

@@ -10,7 +10,6 @@ second time with the image's owner as the target.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from exosuit import exceptions
 from exosuit.api import pagination, streaming, wsgi
@@ -26,7 +25,7 @@ SORT_KEYS = set(db.SORT_COLUMNS)
 _PROJECT_ID = re.compile(r"[^\x00-\x1f\x7f]{1,255}")
 
 
-def _serialize(req: wsgi.Request, image: dict[str, Any]) -> JSONObject:
+def _serialize(req: wsgi.Request, image: db.ImageRow) -> JSONObject:
     return {
         "uuid": image["uuid"],
         "name": image["name"],
@@ -49,7 +48,7 @@ def _serialize(req: wsgi.Request, image: dict[str, Any]) -> JSONObject:
     }
 
 
-def _serialize_member(member: dict[str, Any]) -> JSONObject:
+def _serialize_member(member: db.ImageMember) -> JSONObject:
     return {
         "image_uuid": member["image_uuid"],
         "project_id": member["project_id"],
@@ -61,7 +60,7 @@ def _viewer(req: wsgi.Request) -> db.Viewer:
     return db.Viewer(req.context.project_id, req.context.is_admin_role)
 
 
-def _image(req: wsgi.Request, rule: str) -> JSONObject:
+def _image(req: wsgi.Request, rule: str) -> db.ImageRow:
     """The image of the path, if the caller may ``rule`` it: first for its own project
     (403), then seen (404), then with the image's owner as the target (403)."""
     req.app.authorize(req, rule)
