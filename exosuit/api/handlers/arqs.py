@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, cast
+from typing import cast
 
 from exosuit import exceptions
 from exosuit.api import pagination, wsgi
@@ -18,8 +18,8 @@ SORT_KEYS = set(db.SORT_COLUMNS)
 _BIND_FIELDS = ("hostname", "device_rp_uuid", "instance_uuid")
 
 
-def _serialize(req: wsgi.Request, arq: dict[str, Any]) -> JSONObject:
-    body = {
+def _serialize(req: wsgi.Request, arq: db.ArqRow) -> JSONObject:
+    body: JSONObject = {
         "uuid": arq["uuid"],
         "state": arq["state"],
         "device_profile_name": arq["device_profile_name"],
