@@ -15,25 +15,30 @@ import logging
 import re
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import fastjsonschema
 import jsonschema
 import webob
-from oslo_config import cfg
 from oslo_policy import policy as oslo_policy
 from webob import Response
 from webob.request import BaseRequest
 
 from exosuit import exceptions
 from exosuit.api import microversion
-from exosuit.api.report_cache import ReportCache
-from exosuit.api.response_cache import ResponseCache
 from exosuit.context import RequestContext
-from exosuit.db.api import Database
-from exosuit.db.inventory import HostReport
-from exosuit.metrics import RequestLatency
 from exosuit.schemas import JSONObject
+
+# Named in App's annotations only: imported at run time, they would load SQLAlchemy and
+# prometheus-client with every module that imports this one.
+if TYPE_CHECKING:
+    from oslo_config import cfg
+
+    from exosuit.api.report_cache import ReportCache
+    from exosuit.api.response_cache import ResponseCache
+    from exosuit.db.api import Database
+    from exosuit.db.inventory import HostReport
+    from exosuit.metrics import RequestLatency
 
 LOG = logging.getLogger(__name__)
 
