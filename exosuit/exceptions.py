@@ -63,12 +63,15 @@ The API maps each family to an HTTP status in one place (exosuit.api.wsgi).
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ExosuitError(Exception):
     msg_fmt = "An unknown error occurred."
     code = "exosuit.error"
 
-    def __init__(self, message: str | None = None, **kwargs):
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
+        # kwargs: the values msg_fmt names (numbers, strings, lists: whatever %-formats).
         self.kwargs = kwargs
         if message is None:
             message = self.msg_fmt % kwargs if kwargs else self.msg_fmt
@@ -187,7 +190,8 @@ class PlacementError(ExosuitError):
     @property
     def placement_code(self) -> str | None:
         """Placement's own error code (``placement.concurrent_update`` …), if any."""
-        return self.kwargs.get("placement_code")
+        code = self.kwargs.get("placement_code")
+        return str(code) if code is not None else None
 
 
 class PlacementUnavailable(PlacementError):

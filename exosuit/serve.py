@@ -15,6 +15,9 @@ import shutil
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, cast
 
 from cheroot import wsgi as cheroot_wsgi
 from oslo_config import cfg
@@ -23,7 +26,7 @@ from exosuit.agent.cache import AgentCache, CacheLocked
 from exosuit.agent.clock import SystemClock
 from exosuit.agent.main import build_reconcilers
 from exosuit.agent.plugins import DriverSet
-from exosuit.agent.reporter import Reporter
+from exosuit.agent.reporter import Reporter, ReportOutcome
 from exosuit.agent.service import Agent
 from exosuit.agent.transport import WsgiSession
 from exosuit.api.deploy import NoAuthMiddleware, loadapp, make_database
@@ -38,6 +41,10 @@ from exosuit.conf import (
     ServeSettings,
 )
 from exosuit.db import migration
+from exosuit.drivers.simulated import SimulatedDriver
+
+# What the in-process agent calls: the application, or it behind NoAuthMiddleware.
+WsgiApp = Any
 
 LOG = logging.getLogger(__name__)
 
@@ -53,7 +60,7 @@ class LocalHost:
     drivers (those that find nothing cost nothing), reporting straight to the app and
     running the programs of its desired state (the simulated FPGA loads images)."""
 
-    def __init__(self, conf: cfg.ConfigOpts, app) -> None:
+    def __init__(self, conf: cfg.ConfigOpts, app: WsgiApp) -> None:
         # CDI specs go under the data directory ($state_path/cdi: no root needed, and a
         # demo leaves nothing in the host's /var/run/cdi) unless a file sets [cdi]
         # spec_dir (doc/cdi.md).
@@ -87,10 +94,11 @@ class LocalHost:
         self._thread: threading.Thread | None = None
 
     @property
-    def driver(self):
-        return self.agent.drivers[0]
+    def driver(self) -> SimulatedDriver:
+        # The first of the names given to the DriverSet, always: see __init__.
+        return cast(SimulatedDriver, self.agent.drivers[0])
 
-    def report(self):
+    def report(self) -> ReportOutcome:
         outcome = self.agent.deliver(self.agent.snapshot())
         if outcome is None or outcome.kind != "ok":
             raise RuntimeError(f"inventory report failed: {outcome}")
@@ -119,7 +127,13 @@ def _exosuit_command() -> str:
     return script if relative.startswith("..") else relative
 
 
-def serve(conf: cfg.ConfigOpts, *, host: str, port: int, ready=None) -> None:
+def serve(
+    conf: cfg.ConfigOpts,
+    *,
+    host: str,
+    port: int,
+    ready: Callable[[cheroot_wsgi.Server], object] | None = None,
+) -> None:
     """Run until SIGINT/SIGTERM. ``ready(server)`` is called once listening.
 
     Each piece started is stopped on the way out, in reverse order, by one ExitStack:
@@ -167,7 +181,7 @@ def serve(conf: cfg.ConfigOpts, *, host: str, port: int, ready=None) -> None:
         _serve_until_stopped(server, ready)
 
 
-def _banner(conf: cfg.ConfigOpts, server, simulated: LocalHost) -> None:
+def _banner(conf: cfg.ConfigOpts, server: cheroot_wsgi.Server, simulated: LocalHost) -> None:
     """Where it listens and what to do next: the command line, the dashboard, OpenStack's
     client."""
     api = ApiSettings.from_conf(conf)
@@ -200,11 +214,13 @@ def _banner(conf: cfg.ConfigOpts, server, simulated: LocalHost) -> None:
     print("  Ctrl-C stops.", flush=True)
 
 
-def _serve_until_stopped(server, ready) -> None:
+def _serve_until_stopped(
+    server: cheroot_wsgi.Server, ready: Callable[[cheroot_wsgi.Server], object] | None
+) -> None:
     """Serve until SIGINT or SIGTERM (then the caller stops the rest)."""
     stopper: list[threading.Thread] = []
 
-    def _stop(signum, frame):
+    def _stop(signum: int, frame: FrameType | None) -> None:
         # NOTE: signal handlers run in the main thread, inside server.serve(), which may
         # hold cheroot's locks: calling server.stop() there deadlocks, and raising
         # KeyboardInterrupt there sometimes left a worker thread waiting forever. Stop

@@ -232,9 +232,7 @@ def build_specs(
 @functools.cache
 def _validator() -> Any:
     # Imported when a spec is first checked (an agent that writes none never needs it).
-    # jsonschema ships no types (types-jsonschema is not installed); Draft202012Validator
-    # is all this module uses of it.
-    import jsonschema  # type: ignore[import-untyped]
+    import jsonschema
 
     with open(SCHEMA_FILE) as f:
         schema = json.load(f)

@@ -21,7 +21,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from wsgiref.types import WSGIApplication
+from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
+from typing import Any
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from oslo_config import cfg
 
@@ -44,6 +47,9 @@ LOG = logging.getLogger(__name__)
 
 __all__ = ["Application", "actor_of", "loadapp", "make_database"]
 
+# What a WSGI server passes start_response after an error (PEP 3333's exc_info).
+_ExcInfo = tuple[type[BaseException], BaseException, TracebackType] | tuple[None, None, None]
+
 _NOAUTH_HEADERS = ("HTTP_X_USER_ID", "HTTP_X_PROJECT_ID", "HTTP_X_ROLES", "HTTP_X_SERVICE_ROLES")
 
 
@@ -57,7 +63,7 @@ MAX_NAME_LENGTH = 255
 _IDENTITY_HEADERS = ("HTTP_X_USER_ID", "HTTP_X_PROJECT_ID", "HTTP_X_DOMAIN_ID")
 
 
-def _raw_path(environ) -> str:
+def _raw_path(environ: WSGIEnvironment) -> str:
     """The path as the server received it (for logs: it may not be UTF-8)."""
     return repr(environ.get("PATH_INFO", ""))[1:-1]
 
@@ -118,7 +124,7 @@ class Application:
             code="exosuit.inventory.busy",
         )
 
-    def authorize(self, req: wsgi.Request, rule: str, target: dict | None = None) -> None:
+    def authorize(self, req: wsgi.Caller, rule: str, target: dict[str, Any] | None = None) -> None:
         """Raise 403 unless the caller may do ``rule`` on ``target``."""
         context = req.context
         if context.project_id is None and not context.system_scope:
@@ -134,7 +140,7 @@ class Application:
             target = {"project_id": context.project_id, "user_id": context.user_id}
         self.policy.authorize(rule, target, context)
 
-    def __call__(self, environ, start_response):
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         req = wsgi.Request(environ)
         req.app = self
         version = None
@@ -166,7 +172,8 @@ class Application:
                     "exosuit.method_not_allowed",
                     headers=[("Allow", route.allow)],
                 )
-            req.version = version
+            if version is not None:
+                req.version = version
             req.route_path = path
             req.route_args = args
             req.context = self.context(environ)
@@ -187,9 +194,10 @@ class Application:
             response = wsgi.error_response(api_error)
         if versioned:
             response.headerlist.extend(microversion.response_headers(version))
-        return response(environ, start_response)
+        answer: Iterable[bytes] = response(environ, start_response)
+        return answer
 
-    def context(self, environ) -> RequestContext:
+    def context(self, environ: WSGIEnvironment) -> RequestContext:
         """The caller's context from the identity headers: 400 for a malformed one."""
         for header in _IDENTITY_HEADERS:
             value = environ.get(header)
@@ -224,12 +232,12 @@ class UnchangedReports:
     report's cost): ``agent.unchanged_answer`` holds the rules. Every other request,
     or one it cannot answer (it raised), goes to ``app``, which answers as always."""
 
-    def __init__(self, app, application: Application) -> None:
+    def __init__(self, app: WSGIApplication, application: Application) -> None:
         self.app = app
         self.application = application
         self.answered = 0  # reports answered here (for tests: not exact across threads)
 
-    def __call__(self, environ, start_response):
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         if environ.get("REQUEST_METHOD") == "PUT":
             try:
                 data = agent.unchanged_answer(self.application, environ)
@@ -254,10 +262,10 @@ class NoAuthMiddleware:
     an admin that also holds the service role and a service token.
     """
 
-    def __init__(self, app) -> None:
+    def __init__(self, app: WSGIApplication) -> None:
         self.app = app
 
-    def __call__(self, environ, start_response):
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         if not any(h in environ for h in _NOAUTH_HEADERS):
             environ["HTTP_X_USER_ID"] = "admin"
             environ["HTTP_X_PROJECT_ID"] = "admin"
@@ -273,13 +281,15 @@ class PublicRoutes:
     A path ending in ``/*`` makes everything under it public (the dashboard's files).
     """
 
-    def __init__(self, protected, public, paths) -> None:
+    def __init__(
+        self, protected: WSGIApplication, public: WSGIApplication, paths: Iterable[str]
+    ) -> None:
         self.protected = protected
         self.public = public
         self.paths = {p.rstrip("/") or "/" for p in paths if not p.endswith("/*")}
         self.prefixes = tuple(p[:-1] for p in paths if p.endswith("/*"))
 
-    def __call__(self, environ, start_response):
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
         path = path.rstrip("/") or "/"
         if path in self.paths or path.startswith(self.prefixes):
@@ -291,14 +301,16 @@ class RequestIdMiddleware:
     application: Application  # set by loadapp: the app at the end of the pipeline
     unchanged_reports: UnchangedReports  # set by loadapp too
 
-    def __init__(self, app) -> None:
+    def __init__(self, app: WSGIApplication) -> None:
         self.app = app
 
-    def __call__(self, environ, start_response):
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         request_id = "req-" + str(uuid.uuid4())
         environ["openstack.request_id"] = request_id
 
-        def _start(status, headers, exc_info=None):
+        def _start(
+            status: str, headers: list[tuple[str, str]], exc_info: _ExcInfo | None = None
+        ) -> Callable[[bytes], object]:
             headers.append(("x-openstack-request-id", request_id))
             return start_response(status, headers, exc_info)
 
@@ -316,15 +328,17 @@ class LatencyMiddleware:
     refused before routing: keystonemiddleware's 401; else ``unmatched``), the method
     (``other`` if unknown) and the status class (``2xx`` …; ``5xx`` if the app raised)."""
 
-    def __init__(self, app, application: Application) -> None:
+    def __init__(self, app: WSGIApplication, application: Application) -> None:
         self.app = app
         self.application = application
 
-    def __call__(self, environ, start_response):
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         began = time.perf_counter()
         status: list[str] = []
 
-        def _start(line, headers, exc_info=None):
+        def _start(
+            line: str, headers: list[tuple[str, str]], exc_info: _ExcInfo | None = None
+        ) -> Callable[[bytes], object]:
             status[:] = [line]
             return start_response(line, headers, exc_info)
 
@@ -338,7 +352,7 @@ class LatencyMiddleware:
             return body
         return _Timed(body, lambda: self._observe(environ, status, began))
 
-    def _observe(self, environ, status: list[str], began: float) -> None:
+    def _observe(self, environ: WSGIEnvironment, status: list[str], began: float) -> None:
         elapsed = time.perf_counter() - began
         route = environ.get("exosuit.route") or self._route(environ.get("PATH_INFO", "/"))
         method = environ.get("REQUEST_METHOD", "")
@@ -356,11 +370,11 @@ class LatencyMiddleware:
 class _Timed:
     """A streamed body that calls ``done`` once the server closes it."""
 
-    def __init__(self, body, done) -> None:
+    def __init__(self, body: Iterable[bytes], done: Callable[[], None]) -> None:
         self.body = body
         self.done = done
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[bytes]:
         return iter(self.body)
 
     def close(self) -> None:
@@ -372,7 +386,7 @@ class _Timed:
             self.done()
 
 
-def loadapp(conf: cfg.ConfigOpts, db: Database | None = None):
+def loadapp(conf: cfg.ConfigOpts, db: Database | None = None) -> RequestIdMiddleware:
     """The WSGI application for ``conf`` (and ``db``, made from conf if not given)."""
     app = Application(conf, db or make_database(conf))
     fast = UnchangedReports(app, app)

@@ -6,6 +6,8 @@ doc/api-version-history.md has one section per entry; a test pins the latest.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+
 import microversion_parse
 
 __all__ = ["MAX_VERSION", "MIN_VERSION", "SERVICE_TYPE", "VERSIONS", "Version", "parse"]
@@ -51,7 +53,7 @@ class VersionNotAcceptable(Exception):
     """The requested version is malformed or outside [MIN_VERSION, MAX_VERSION]."""
 
 
-def parse(headers) -> Version:
+def parse(headers: MutableMapping[str, str]) -> Version:
     """The version a request asks for; absent means the minimum (as Nova expects).
 
     Accepts ``accelerator X.Y``, ``accelerator latest`` and, as Cyborg still does,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import re
 import urllib.parse
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
 
 from exosuit.api import wsgi
 from exosuit.db.pagination import Page
@@ -20,6 +20,9 @@ from exosuit.db.pagination import Page
 __all__ = ["PAGINATION_PARAMS", "Paging", "next_link", "page_from_request", "text_param"]
 
 PAGINATION_PARAMS = ("limit", "marker", "sort_key", "sort_dir")
+
+# A row of a list (a TypedDict of exosuit/db/): what next_link trims, and gives back.
+Row = TypeVar("Row", bound=Mapping[str, object])
 
 # Control characters (NUL above all: PostgreSQL refuses it in a string) are in no name.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -104,10 +107,10 @@ def _marker(req: wsgi.Request, paging: Paging) -> str | None:
 def next_link(
     req: wsgi.Request,
     page: Page | None,
-    rows: list[Any],
+    rows: list[Row],
     body: dict[str, Any],
     paging: Paging | None = None,
-) -> list[Any]:
+) -> list[Row]:
     """Trim the extra row fetched by the query; add ``next`` to ``body`` if there is more."""
     if page is None or len(rows) <= page.limit:
         return rows

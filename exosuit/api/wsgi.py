@@ -8,28 +8,45 @@ clients can branch on. Domain exceptions are mapped to a status here, once.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
 import re
 import uuid as uuidlib
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import fastjsonschema
-
-# jsonschema ships no types (types-jsonschema is not installed, nor is it in pyproject's
-# ignore_missing_imports list).
-import jsonschema  # type: ignore[import-untyped]
+import jsonschema
 import webob
 from oslo_policy import policy as oslo_policy
+from webob import Response
+from webob.request import BaseRequest
 
 from exosuit import exceptions
+from exosuit.api import microversion
+from exosuit.context import RequestContext
+from exosuit.schemas import JSONObject
+
+# Named in App's annotations only: imported at run time, they would load SQLAlchemy and
+# prometheus-client with every module that imports this one.
+if TYPE_CHECKING:
+    from oslo_config import cfg
+
+    from exosuit.api.report_cache import ReportCache
+    from exosuit.api.response_cache import ResponseCache
+    from exosuit.db.api import Database
+    from exosuit.db.inventory import HostReport
+    from exosuit.metrics import RequestLatency
 
 LOG = logging.getLogger(__name__)
 
 __all__ = [
     "ApiError",
+    "Headers",
     "Request",
+    "Response",
     "encode_json",
     "encoded_json_response",
     "error_response",
@@ -85,12 +102,68 @@ def from_exception(error: Exception) -> ApiError | None:
     return None
 
 
-class Request(webob.BaseRequest):
-    """A webob request plus what the router found: app, context, version, args."""
+class Caller(Protocol):
+    """What ``App.authorize`` reads of a request: its context."""
 
-    app: Any = None
-    context: Any = None
-    version: Any = None
+    @property
+    def context(self) -> RequestContext: ...
+
+
+class RouteInfo(Protocol):
+    """What is read of a route outside the router (exosuit/api/router.py's Route)."""
+
+    template: str
+    methods: dict[str, Callable[..., Any]]
+    versioned: bool
+
+    def since_for(self, method: str) -> tuple[int, int] | None: ...
+
+
+class RouteTable(Protocol):
+    @property
+    def routes(self) -> Sequence[RouteInfo]: ...
+
+
+class Slots(Protocol):
+    def slot(self) -> contextlib.AbstractContextManager[None]: ...
+
+
+class App(Protocol):
+    """What a handler reaches through ``req.app``: exosuit/api/deploy.py's Application
+    (which imports the handlers, so this module names it by what it offers)."""
+
+    @property
+    def conf(self) -> cfg.ConfigOpts: ...
+    @property
+    def db(self) -> Database: ...
+    @property
+    def host_reports(self) -> ReportCache[HostReport]: ...
+    @property
+    def inventory_admission(self) -> Slots: ...
+    @property
+    def latency(self) -> RequestLatency: ...
+    @property
+    def responses(self) -> ResponseCache: ...
+    @property
+    def router(self) -> RouteTable: ...
+
+    def authorize(self, req: Caller, rule: str, target: dict[str, Any] | None = None) -> None:
+        """Raise 403 unless the caller may do ``rule`` on ``target``."""
+
+    def context(self, environ: dict[str, Any]) -> RequestContext:
+        """The caller's context from the identity headers."""
+
+
+class Request(BaseRequest):
+    """A webob request plus what the router found: app, context, version, args.
+
+    The application sets ``app`` first, then, once the route is found, the others: a
+    handler finds them set (``version`` on a versioned route only: the root document,
+    /healthz, /metrics and the dashboard's files have none)."""
+
+    app: App
+    context: RequestContext
+    version: microversion.Version
     # The path as routed (without a trailing slash, under /v2) and its arguments.
     route_path: str = ""
     route_args: dict[str, str] = {}
@@ -104,9 +177,10 @@ class Request(webob.BaseRequest):
     @property
     def base_url(self) -> str:
         # Computed once per request: every link of a list needs it.
-        url = self.environ.get("exosuit.base_url")
+        url: str | None = self.environ.get("exosuit.base_url")
         if url is None:
-            public = self.app.conf.api.public_endpoint if self.app else None
+            app: App | None = getattr(self, "app", None)
+            public = app.conf.api.public_endpoint if app else None
             url = self.environ["exosuit.base_url"] = (public or self.application_url).rstrip("/")
         return url
 
@@ -126,7 +200,11 @@ def encode_json(body: Any) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def json_response(status: int, body: Any = None, headers=None) -> webob.Response:
+# Response headers as webob takes them: (name, value) pairs.
+Headers = Iterable[tuple[str, str]]
+
+
+def json_response(status: int, body: Any = None, headers: Headers | None = None) -> webob.Response:
     if body is not None:
         return encoded_json_response(status, encode_json(body), headers)
     response = webob.Response(status=status, headerlist=list(headers or []))
@@ -135,7 +213,9 @@ def json_response(status: int, body: Any = None, headers=None) -> webob.Response
     return response
 
 
-def encoded_json_response(status: int, data: bytes, headers=None) -> webob.Response:
+def encoded_json_response(
+    status: int, data: bytes, headers: Headers | None = None
+) -> webob.Response:
     """A response whose JSON body is already encoded (``encode_json``)."""
     # The headers are written out: webob's property setters cost more than the rest.
     return webob.Response(
@@ -159,7 +239,7 @@ def error_response(error: ApiError) -> webob.Response:
     return json_response(error.status, {"error_message": json.dumps(fault)}, error.headers)
 
 
-def extract_json(req: webob.BaseRequest, schema: dict | None = None) -> Any:
+def extract_json(req: BaseRequest, schema: JSONObject | None = None) -> Any:
     """The request's JSON body, validated against ``schema``: 400 on failure.
 
     The body is read once from the input stream: ``req.body`` would first make it
@@ -203,7 +283,7 @@ def suspect_escape(body: bytes) -> bool:
     return _SUSPECT_ESCAPE.search(body) is not None
 
 
-def _read_body(req: webob.BaseRequest) -> bytes:
+def _read_body(req: BaseRequest) -> bytes:
     """The body, at most ``[api] max_body_size`` bytes (``max_agent_body_size`` for the
     agent API): 413 above, 400 when it cannot be read (a malformed chunked body)."""
     conf = getattr(getattr(req, "app", None), "conf", None)
@@ -256,10 +336,12 @@ def _clean_strings(data: Any) -> bool:
     return True
 
 
-_VALIDATORS: dict[int, tuple] = {}
+# A schema's two validators: fastjsonschema's compiled function, jsonschema's validator.
+_Validators = tuple[Callable[[Any], Any], jsonschema.Draft202012Validator]
+_VALIDATORS: dict[int, _Validators] = {}
 
 
-def _validators(schema: dict) -> tuple:
+def _validators(schema: JSONObject) -> _Validators:
     found = _VALIDATORS.get(id(schema))
     if found is None:
         # fastjsonschema compiles the schema to Python (25x faster on a host's
@@ -270,7 +352,7 @@ def _validators(schema: dict) -> tuple:
     return found
 
 
-def validate(data: Any, schema: dict) -> None:
+def validate(data: Any, schema: JSONObject) -> None:
     fast, validator = _validators(schema)
     try:
         fast(data)
@@ -296,7 +378,7 @@ def is_uuid_like(value: str) -> bool:
         return False
 
 
-def query_list(req: webob.BaseRequest, name: str) -> list[str] | None:
+def query_list(req: BaseRequest, name: str) -> list[str] | None:
     """A comma-separated query parameter as a list (None if absent)."""
     value = req.GET.get(name)
     if value is None:

@@ -7,9 +7,10 @@ import argparse
 import logging
 import os
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from cliff.app import App
+from cliff.command import Command
 from cliff.commandmanager import CommandManager
 
 from exosuit import __version__
@@ -36,7 +37,7 @@ from exosuit.cli.progress import colour
 
 __all__ = ["COMMANDS", "ExosuitApp", "main"]
 
-COMMANDS: dict[str, type] = {
+COMMANDS: dict[str, type[Command]] = {
     "arq delete": arqs.ArqDelete,
     "arq list": arqs.ArqList,
     "arq show": arqs.ArqShow,
@@ -94,7 +95,7 @@ DESCRIPTION = (
 class _Commands(CommandManager):
     """The commands of COMMANDS (cliff adds `help` and `complete`); no entry points."""
 
-    def __init__(self, commands: dict[str, type]) -> None:
+    def __init__(self, commands: dict[str, type[Command]]) -> None:
         super().__init__("exosuit.cli")
         for name, command in commands.items():
             self.add_command(name, command)
@@ -106,7 +107,7 @@ class _Commands(CommandManager):
 class _ErrorFormatter(logging.Formatter):
     """``error: <message>`` (red on a terminal); tracebacks only under --debug."""
 
-    def __init__(self, stream) -> None:
+    def __init__(self, stream: TextIO) -> None:
         super().__init__("%(message)s")
         self.stream = stream
 
@@ -121,7 +122,12 @@ class ExosuitApp(App):
     NAME = "exosuit"
     LOG = logging.getLogger("exosuit.cli")
 
-    def __init__(self, stdout=None, stderr=None, commands: dict[str, type] | None = None) -> None:
+    def __init__(
+        self,
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+        commands: dict[str, type[Command]] | None = None,
+    ) -> None:
         super().__init__(
             description=DESCRIPTION,
             version=__version__,
@@ -134,7 +140,12 @@ class ExosuitApp(App):
         self.command_manager.add_command("complete", complete.Complete)
         self._api: ApiClient | None = None
 
-    def build_option_parser(self, description, version, argparse_kwargs=None):
+    def build_option_parser(
+        self,
+        description: str | None,
+        version: str | None,
+        argparse_kwargs: dict[str, Any] | None = None,
+    ) -> argparse.ArgumentParser:
         # allow_abbrev=False: global options are taken anywhere on the line (cliff parses
         # them first); an abbreviation would take a command's option for a global one.
         parser = super().build_option_parser(
@@ -159,7 +170,7 @@ class ExosuitApp(App):
             file_handler.setFormatter(logging.Formatter(self.LOG_FILE_MESSAGE_FORMAT))
             self.LOG.addHandler(file_handler)
 
-    def prepare_to_run_command(self, cmd) -> None:
+    def prepare_to_run_command(self, cmd: Command) -> None:
         if isinstance(cmd, ApiCommand) and self.options.debug:
             # keystoneauth logs each request and response (headers, body) at DEBUG.
             requests_log = logging.getLogger("keystoneauth")

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import argparse
+from typing import Any
+
 from cliff.lister import Lister
 
-from exosuit.cli.base import ApiCommand, Filter, ListCommand, ShowCommand, cells, segment
+from exosuit.cli.base import ApiCommand, Filter, ListCommand, Listed, ShowCommand, cells, segment
 
 __all__ = ["ArqDelete", "ArqList", "ArqShow"]
 
@@ -67,12 +70,12 @@ class ArqList(ListCommand):
 class ArqShow(ShowCommand):
     """Show one accelerator request, every field."""
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("uuid", metavar="ARQ", help="The accelerator request's UUID.")
         return parser
 
-    def item(self, parsed_args):
+    def item(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
         return self.api.get(f"/v2/accelerator_requests/{segment(parsed_args.uuid)}")
 
 
@@ -82,14 +85,14 @@ class ArqDelete(ApiCommand, Lister):
     One request for all of them: a missing one is an error, the others are still
     deleted. Shows what was deleted."""
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument(
             "uuids", metavar="ARQ", nargs="+", help="An accelerator request's UUID."
         )
         return parser
 
-    def take_action(self, parsed_args):
+    def take_action(self, parsed_args: argparse.Namespace) -> Listed:
         uuids = list(dict.fromkeys(u.lower() for u in parsed_args.uuids))
         self.api.delete("/v2/accelerator_requests", {"arqs": ",".join(uuids)})
         return ("uuid",), [cells({"uuid": u}, ("uuid",), parsed_args.formatter) for u in uuids]

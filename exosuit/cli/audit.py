@@ -4,6 +4,9 @@ who changed which device, deployable, profile, ARQ, claim, driver or image, and 
 
 from __future__ import annotations
 
+import argparse
+from typing import Any
+
 from exosuit.cli.base import Filter, ListCommand, ShowCommand, segment
 
 __all__ = ["AuditList", "AuditShow"]
@@ -61,10 +64,10 @@ class AuditShow(ShowCommand):
 
     needs = "2.9"
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("id", metavar="ID", help="The record's id.")
         return parser
 
-    def item(self, parsed_args):
+    def item(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
         return self.api.get(f"/v2/audit_events/{segment(str(parsed_args.id))}")

@@ -14,8 +14,8 @@ import argparse
 import dataclasses
 import json
 import urllib.parse
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeAlias
 
 from cliff import columns as cliff_columns
 from cliff.lister import Lister
@@ -23,11 +23,19 @@ from cliff.show import ShowOne
 
 from exosuit.cli.client import ApiClient
 
+# What a list command's take_action gives cliff's Lister: the column names, then a row
+# of cells for each item.
+Listed: TypeAlias = tuple[Sequence[str], Iterable[Sequence[Any]]]
+# What a show command's take_action gives cliff's ShowOne: the field names, their values.
+Shown: TypeAlias = tuple[Sequence[str], Sequence[Any]]
+
 __all__ = [
     "ApiCommand",
     "Filter",
     "ListCommand",
+    "Listed",
     "ShowCommand",
+    "Shown",
     "cells",
     "segment",
     "show_item",
@@ -176,7 +184,7 @@ class ListCommand(ApiCommand, Lister):
             params["sort_dir"] = direction or "asc"
         return params
 
-    def keep(self, parsed_args: argparse.Namespace):
+    def keep(self, parsed_args: argparse.Namespace) -> Callable[[dict[str, Any]], bool] | None:
         local = [
             (f.field, getattr(parsed_args, f.dest))
             for f in self.filters
@@ -186,7 +194,7 @@ class ListCommand(ApiCommand, Lister):
             return None
         return lambda item: all(str(item.get(field)) == value for field, value in local)
 
-    def take_action(self, parsed_args: argparse.Namespace) -> tuple[Sequence[str], Iterable]:
+    def take_action(self, parsed_args: argparse.Namespace) -> Listed:
         # -c of a --long column implies --long.
         long = getattr(parsed_args, "long", False) or bool(
             set(parsed_args.columns) & set(self.long_columns)
@@ -209,7 +217,7 @@ class ShowCommand(ApiCommand, ShowOne):
         """The object to show (one request to the API)."""
         raise NotImplementedError
 
-    def take_action(self, parsed_args: argparse.Namespace):
+    def take_action(self, parsed_args: argparse.Namespace) -> Shown:
         return show_item(self.item(parsed_args), parsed_args.formatter)
 
 

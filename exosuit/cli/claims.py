@@ -9,7 +9,17 @@ from typing import Any
 
 from cliff.lister import Lister
 
-from exosuit.cli.base import ApiCommand, Filter, ListCommand, ShowCommand, cells, segment, show_item
+from exosuit.cli.base import (
+    ApiCommand,
+    Filter,
+    ListCommand,
+    Listed,
+    ShowCommand,
+    Shown,
+    cells,
+    segment,
+    show_item,
+)
 from exosuit.cli.waiting import add_wait_options, wait_for
 
 __all__ = ["ClaimCreate", "ClaimList", "ClaimRelease", "ClaimRenew", "ClaimShow"]
@@ -32,7 +42,7 @@ def settled(claim: dict[str, Any]) -> bool:
     """Whether a claim is where ``--wait`` waits for it: bound (and, for a container, its
     CDI spec written or failed), failed or released."""
     if claim["state"] != "bound":
-        return claim["state"] != "pending"
+        return bool(claim["state"] != "pending")
     return not claim["container"] or claim["cdi"]["state"] in ("written", "failed")
 
 
@@ -44,7 +54,7 @@ def describe(claim: dict[str, Any]) -> str:
 
 
 def succeeded(claim: dict[str, Any]) -> bool:
-    return claim["state"] == "bound" and claim["cdi"]["state"] != "failed"
+    return bool(claim["state"] == "bound" and claim["cdi"]["state"] != "failed")
 
 
 def shown(claim: dict[str, Any], formatter: str) -> tuple[tuple[str, ...], tuple[Any, ...]]:
@@ -109,7 +119,7 @@ class ClaimCreate(ShowCommand):
         )
         return parser
 
-    def take_action(self, parsed_args: argparse.Namespace):
+    def take_action(self, parsed_args: argparse.Namespace) -> Shown:
         body: dict[str, Any] = {"container": parsed_args.container}
         if parsed_args.profile is not None:
             body["device_profile_name"] = parsed_args.profile
@@ -132,7 +142,7 @@ class ClaimCreate(ShowCommand):
                 self.exit_code = 1
         return shown(claim, parsed_args.formatter)
 
-    def run(self, parsed_args):
+    def run(self, parsed_args: argparse.Namespace) -> int:
         super().run(parsed_args)
         return self.exit_code
 
@@ -166,7 +176,7 @@ class ClaimList(ListCommand):
 class _OneClaim(ShowCommand):
     needs = NEEDS
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("uuid", metavar="CLAIM", help="The claim's UUID.")
         return parser
@@ -175,28 +185,29 @@ class _OneClaim(ShowCommand):
 class ClaimShow(_OneClaim):
     """Show one claim, every field: its devices' attach info and CDI names."""
 
-    def item(self, parsed_args):
+    def item(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
         return self.api.get(f"/v2/claims/{segment(parsed_args.uuid)}")
 
-    def take_action(self, parsed_args):
+    def take_action(self, parsed_args: argparse.Namespace) -> Shown:
         return shown(self.item(parsed_args), parsed_args.formatter)
 
 
 class ClaimRenew(_OneClaim):
     """Move a claim's expiry: it is released SECONDS from now unless renewed again."""
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument(
             "--expires-in", type=_seconds, required=True, metavar="SECONDS", help="From now."
         )
         return parser
 
-    def item(self, parsed_args):
+    def item(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
         body = {"expires_in": parsed_args.expires_in}
-        return self.api.post(f"/v2/claims/{segment(parsed_args.uuid)}/renew", body)
+        claim: dict[str, Any] = self.api.post(f"/v2/claims/{segment(parsed_args.uuid)}/renew", body)
+        return claim
 
-    def take_action(self, parsed_args):
+    def take_action(self, parsed_args: argparse.Namespace) -> Shown:
         return shown(self.item(parsed_args), parsed_args.formatter)
 
 
@@ -208,12 +219,12 @@ class ClaimRelease(ApiCommand, Lister):
 
     needs = NEEDS
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("uuids", metavar="CLAIM", nargs="+", help="A claim's UUID.")
         return parser
 
-    def take_action(self, parsed_args):
+    def take_action(self, parsed_args: argparse.Namespace) -> Listed:
         columns = ("uuid", "state", "released_at")
         rows = []
         for uuid in dict.fromkeys(u.lower() for u in parsed_args.uuids):

@@ -18,12 +18,15 @@ import argparse
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keystoneauth1 import exceptions as ksa_exceptions
 from keystoneauth1 import session as ksa_session
 
 from exosuit import __version__
+
+if TYPE_CHECKING:
+    import requests
 
 __all__ = [
     "CLIENT_MAX_VERSION",
@@ -93,7 +96,7 @@ def _one_line(text: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def _error_from(response: Any) -> ApiError:
+def _error_from(response: requests.Response) -> ApiError:
     """The API's message and code from Cyborg's envelope
     ``{"error_message": "<JSON: faultstring, code>"}``; the body's text otherwise."""
     message, code = "", None
@@ -180,7 +183,9 @@ class ApiClient:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def _request(self, method: str, url: str, *, versioned: bool = True, **kwargs: Any) -> Any:
+    def _request(
+        self, method: str, url: str, *, versioned: bool = True, **kwargs: Any
+    ) -> requests.Response:
         if versioned:
             kwargs["microversion"] = format_version(self.version)
             kwargs["microversion_service_type"] = SERVICE_TYPE
@@ -207,8 +212,10 @@ class ApiClient:
             raise _error_from(response)
         return response
 
-    def get(self, path: str, params: dict[str, str] | None = None) -> Any:
-        return _json(self._request("GET", self.url + path, params=params))
+    def get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
+        """The JSON object a GET answers (every resource of the API is one)."""
+        body: dict[str, Any] = _json(self._request("GET", self.url + path, params=params))
+        return body
 
     def post(self, path: str, body: Any = None) -> Any:
         kwargs = {} if body is None else {"json": body}
@@ -261,7 +268,7 @@ class ApiClient:
             body = _json(self._request("GET", following))
 
 
-def _json(response: Any) -> Any:
+def _json(response: requests.Response) -> Any:
     try:
         return response.json()
     except ValueError:

@@ -6,6 +6,8 @@ zsh's bashcompinit lacks; the zsh script below walks the same data natively.
 
 from __future__ import annotations
 
+import argparse
+
 from cliff import complete
 
 __all__ = ["Complete"]
@@ -51,7 +53,7 @@ compdef _"""
 class Complete(complete.CompleteCommand):
     """Print the shell completion script (bash or zsh): see doc/cli.md."""
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         for action in parser._actions:
             if action.dest == "shell":
@@ -59,9 +61,10 @@ class Complete(complete.CompleteCommand):
                 action.help = "bash (default), zsh, or none for the data only."
         return parser
 
-    def take_action(self, parsed_args):
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
         if parsed_args.shell != "zsh":
-            return super().take_action(parsed_args)
+            code: int = super().take_action(parsed_args)
+            return code
         shell = CompleteZsh(parsed_args.name or self.app.NAME, self.app.stdout)
         data = complete.CompleteDictionary()
         for name, _ in self.app.command_manager:

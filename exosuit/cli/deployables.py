@@ -40,12 +40,12 @@ class DeployableList(ListCommand):
 class DeployableShow(ShowCommand):
     """Show one deployable, every field."""
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("uuid", metavar="DEPLOYABLE", help="The deployable's UUID.")
         return parser
 
-    def item(self, parsed_args):
+    def item(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
         return self.api.get(f"/v2/deployables/{segment(parsed_args.uuid)}")
 
 
@@ -61,12 +61,12 @@ class DeployableProgramStatus(ShowCommand):
 
     needs = PROGRAMS
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("uuid", metavar="DEPLOYABLE", help="The deployable's UUID.")
         return parser
 
-    def item(self, parsed_args):
+    def item(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
         return self.api.get(_program_path(parsed_args.uuid))
 
 
@@ -83,7 +83,7 @@ class DeployableProgram(ShowCommand):
     needs = PROGRAMS
     exit_code = 0
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("uuid", metavar="DEPLOYABLE", help="The deployable's UUID.")
         parser.add_argument("image", metavar="IMAGE", help="The image's UUID or name.")
@@ -148,6 +148,6 @@ class DeployableProgram(ShowCommand):
             self.exit_code = 1
         return program
 
-    def run(self, parsed_args):
+    def run(self, parsed_args: argparse.Namespace) -> int:
         super().run(parsed_args)
         return self.exit_code

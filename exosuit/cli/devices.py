@@ -12,7 +12,16 @@ from cliff.command import Command
 from cliff.lister import Lister
 from cliff.show import ShowOne
 
-from exosuit.cli.base import ApiCommand, Filter, ListCommand, ShowCommand, cells, segment
+from exosuit.cli.base import (
+    ApiCommand,
+    Filter,
+    ListCommand,
+    Listed,
+    ShowCommand,
+    Shown,
+    cells,
+    segment,
+)
 from exosuit.cli.client import CLIError
 from exosuit.cli.waiting import add_wait_options, wait_for
 
@@ -79,12 +88,12 @@ class DeviceList(ListCommand):
 class DeviceShow(ShowCommand):
     """Show one device, every field."""
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("uuid", metavar="DEVICE", help="The device's UUID.")
         return parser
 
-    def item(self, parsed_args):
+    def item(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
         return self.api.get(f"/v2/devices/{segment(parsed_args.uuid)}")
 
 
@@ -111,7 +120,7 @@ class _Activate(ApiCommand, Lister):
         add_wait_options(parser, "each device's agent has reported the outcome")
         return parser
 
-    def take_action(self, parsed_args: argparse.Namespace):
+    def take_action(self, parsed_args: argparse.Namespace) -> Listed:
         selection = {
             k: v
             for k, v in (
@@ -140,11 +149,13 @@ class _Activate(ApiCommand, Lister):
             self.exit_code = self.exit_code or 1
         return OUTCOME_COLUMNS, [cells(d, OUTCOME_COLUMNS, parsed_args.formatter) for d in devices]
 
-    def _wait(self, parsed_args, devices: list[dict]) -> list[dict]:
+    def _wait(
+        self, parsed_args: argparse.Namespace, devices: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
         moving = {d["uuid"] for d in devices if d["activation"] not in _ENDED}
         hosts = sorted({d["hostname"] for d in devices if d["uuid"] in moving})
 
-        def poll() -> list[dict]:
+        def poll() -> list[dict[str, Any]]:
             now: dict[str, Any] = {}
             for host in hosts:
                 for found in self.api.list("/v2/devices", "devices", {"hostname": host}):
@@ -158,6 +169,7 @@ class _Activate(ApiCommand, Lister):
                 updated.append(d)
             return updated
 
+        found: list[dict[str, Any]]
         found, _ = wait_for(
             self,
             parsed_args,
@@ -171,7 +183,7 @@ class _Activate(ApiCommand, Lister):
         )
         return found
 
-    def run(self, parsed_args):
+    def run(self, parsed_args: argparse.Namespace) -> int:
         super().run(parsed_args)
         return self.exit_code
 
@@ -239,7 +251,7 @@ class DrainCommand(ApiCommand, Command):
             add_wait_options(parser, f"nothing holds {self.waits_for} any more (drained)")
         return parser
 
-    def run(self, parsed_args):
+    def run(self, parsed_args: argparse.Namespace) -> int:
         super().run(parsed_args)
         return self.exit_code
 
@@ -257,7 +269,7 @@ class _DrainDevice(DrainCommand, ShowOne):
     argument = ("uuid", "DEVICE", "The device's UUID.")
     waits_for = "the device"
 
-    def take_action(self, parsed_args: argparse.Namespace):
+    def take_action(self, parsed_args: argparse.Namespace) -> Shown:
         path = f"/v2/devices/{segment(parsed_args.uuid)}"
         device = self.api.post(f"{path}/{self.action}", None)
         if getattr(parsed_args, "wait", False) and device["maintenance"] == "draining":
@@ -349,7 +361,7 @@ class DeviceHealth(ApiCommand, Lister):
         )
         return parser
 
-    def take_action(self, parsed_args: argparse.Namespace):
+    def take_action(self, parsed_args: argparse.Namespace) -> Listed:
         acting = parsed_args.clear or parsed_args.hold is not None
         if acting and not parsed_args.uuid:
             raise CLIError("--clear and --hold act on one device: name it (DEVICE)")

@@ -8,7 +8,7 @@ import argparse
 
 from cliff.lister import Lister
 
-from exosuit.cli.base import ApiCommand, cells, segment
+from exosuit.cli.base import ApiCommand, Listed, cells, segment
 from exosuit.cli.waiting import add_wait_options, wait_for
 
 __all__ = ["DiscoverServices"]
@@ -38,7 +38,7 @@ class DiscoverServices(ApiCommand, Lister):
         add_wait_options(parser, "every host asked has reported its new inventory")
         return parser
 
-    def take_action(self, parsed_args: argparse.Namespace):
+    def take_action(self, parsed_args: argparse.Namespace) -> Listed:
         body = {} if not parsed_args.hosts else {"hostnames": parsed_args.hosts}
         discovery = self.api.post("/v2/discoveries", body)
         self.app.stderr.write(
@@ -60,6 +60,6 @@ class DiscoverServices(ApiCommand, Lister):
         rows = [cells(h, COLUMNS, parsed_args.formatter) for h in discovery["hosts"]]
         return COLUMNS, rows
 
-    def run(self, parsed_args):
+    def run(self, parsed_args: argparse.Namespace) -> int:
         super().run(parsed_args)
         return self.exit_code

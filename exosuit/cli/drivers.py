@@ -8,7 +8,7 @@ from typing import Any
 
 from cliff.lister import Lister
 
-from exosuit.cli.base import ApiCommand, Filter, ListCommand, cells, segment
+from exosuit.cli.base import ApiCommand, Filter, ListCommand, Listed, cells, segment
 from exosuit.cli.waiting import add_wait_options, wait_for
 
 __all__ = ["DriverInstall", "DriverList", "DriverUninstall", "DriverUpdate"]
@@ -72,7 +72,7 @@ class _DriverChange(ApiCommand, Lister):
         add_wait_options(parser, "every host's agent has applied it")
         return parser
 
-    def take_action(self, parsed_args: argparse.Namespace):
+    def take_action(self, parsed_args: argparse.Namespace) -> Listed:
         body: dict[str, Any] = {}
         if parsed_args.hosts:
             body["hostnames"] = parsed_args.hosts
@@ -91,14 +91,17 @@ class _DriverChange(ApiCommand, Lister):
             hosts = self._wait(parsed_args, name, hosts)
         return COLUMNS, [cells(h, COLUMNS, parsed_args.formatter) for h in hosts]
 
-    def _wait(self, parsed_args, name: str, hosts: list[dict]) -> list[dict]:
+    def _wait(
+        self, parsed_args: argparse.Namespace, name: str, hosts: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
         asked = {h["hostname"] for h in hosts}
 
-        def poll() -> list[dict]:
+        def poll() -> list[dict[str, Any]]:
             rows = self.api.list("/v2/drivers", "drivers", {"name": name})
             observed = {r["hostname"]: r["observed"] for r in rows if r["hostname"] in asked}
             return [{**h, "observed": bool(observed.get(h["hostname"]))} for h in hosts]
 
+        found: list[dict[str, Any]]
         found, _ = wait_for(
             self,
             parsed_args,
@@ -111,7 +114,7 @@ class _DriverChange(ApiCommand, Lister):
         )
         return found
 
-    def run(self, parsed_args):
+    def run(self, parsed_args: argparse.Namespace) -> int:
         super().run(parsed_args)
         return self.exit_code
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from cliff.lister import Lister
 
-from exosuit.cli.base import ListCommand, ShowCommand, segment
+from exosuit.cli.base import ListCommand, Listed, ShowCommand, segment
 from exosuit.cli.devices import DrainCommand, describe_drain, drain_cells
 from exosuit.cli.waiting import wait_for
 
@@ -50,12 +50,12 @@ class HostShow(ShowCommand):
 
     needs = "2.5"
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("hostname", metavar="HOSTNAME", help="The host's name.")
         return parser
 
-    def item(self, parsed_args):
+    def item(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
         return self.api.get(f"/v2/hosts/{segment(parsed_args.hostname)}")
 
 
@@ -66,7 +66,7 @@ class _DrainHost(DrainCommand, Lister):
     argument = ("hostname", "HOSTNAME", "The host's name.")
     waits_for = "a device of the host"
 
-    def take_action(self, parsed_args: argparse.Namespace):
+    def take_action(self, parsed_args: argparse.Namespace) -> Listed:
         path = f"/v2/hosts/{segment(parsed_args.hostname)}"
         host = self.api.post(f"{path}/{self.action}", None)
         if getattr(parsed_args, "wait", False) and host["maintenance"] == "draining":
@@ -76,7 +76,9 @@ class _DrainHost(DrainCommand, Lister):
         rows = [drain_cells(d, HOST_DRAIN_COLUMNS, parsed_args.formatter) for d in host["devices"]]
         return HOST_DRAIN_COLUMNS, rows
 
-    def _wait(self, parsed_args, path: str, host: dict[str, Any]) -> dict[str, Any]:
+    def _wait(
+        self, parsed_args: argparse.Namespace, path: str, host: dict[str, Any]
+    ) -> dict[str, Any]:
         def poll() -> dict[str, Any]:
             found = self.api.get(path)
             held: dict[str, list[dict[str, Any]]] = {}
@@ -92,6 +94,7 @@ class _DrainHost(DrainCommand, Lister):
         def held(h: dict[str, Any]) -> int:
             return sum(len(d["holders"]) for d in h["devices"])
 
+        found: dict[str, Any]
         found, stopped = wait_for(
             self,
             parsed_args,

@@ -14,8 +14,8 @@ from typing import Any, BinaryIO, TextIO
 
 from cliff.lister import Lister
 
-from exosuit.cli.base import ApiCommand, Filter, ListCommand, ShowCommand, cells, segment
-from exosuit.cli.client import ApiError, CLIError
+from exosuit.cli.base import ApiCommand, Filter, ListCommand, Listed, ShowCommand, cells, segment
+from exosuit.cli.client import ApiClient, ApiError, CLIError
 from exosuit.cli.progress import Progress
 
 __all__ = ["ImageDelete", "ImageList", "ImageShow", "ImageUpload"]
@@ -35,7 +35,7 @@ def _is_uuid(value: str) -> bool:
     return True
 
 
-def get_image(api: Any, ident: str) -> dict[str, Any]:
+def get_image(api: ApiClient, ident: str) -> dict[str, Any]:
     """An image by UUID, or by name (exactly one image of the caller's may have it)."""
     if _is_uuid(ident):
         image: dict[str, Any] = api.get(f"/v2/images/{segment(ident)}")
@@ -104,7 +104,7 @@ class ImageDelete(ApiCommand, Lister):
         parser.add_argument("image", metavar="IMAGE", help="The image's name or UUID.")
         return parser
 
-    def take_action(self, parsed_args: argparse.Namespace):
+    def take_action(self, parsed_args: argparse.Namespace) -> Listed:
         image = get_image(self.api, parsed_args.image)
         self.api.delete(f"/v2/images/{segment(image['uuid'])}")
         columns = ("uuid", "name")

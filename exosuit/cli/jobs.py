@@ -4,6 +4,7 @@ Placement syncs, Nova notifications, work on hosts."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from exosuit.cli.base import Filter, ListCommand, ShowCommand, segment
 from exosuit.cli.client import CLIError
@@ -38,19 +39,19 @@ class JobList(ListCommand):
 class _JobCommand(ShowCommand):
     needs = "2.5"
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("id", metavar="JOB", help="The job's id.")
         return parser
 
-    def get_job(self, ident) -> dict:
+    def get_job(self, ident: int | str) -> dict[str, Any]:
         return self.api.get(f"/v2/jobs/{segment(str(ident))}")
 
 
 class JobShow(_JobCommand):
     """Show one job, every field (API 2.5)."""
 
-    def item(self, parsed_args):
+    def item(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
         return self.get_job(parsed_args.id)
 
 
@@ -62,7 +63,7 @@ class JobRetry(_JobCommand):
 
     exit_code = 0
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument(
             "--wait",
@@ -77,14 +78,14 @@ class JobRetry(_JobCommand):
         )
         return parser
 
-    def item(self, parsed_args: argparse.Namespace):
-        job = self.api.post(f"/v2/jobs/{segment(parsed_args.id)}/retry")
+    def item(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
+        job: dict[str, Any] = self.api.post(f"/v2/jobs/{segment(parsed_args.id)}/retry")
         if not parsed_args.wait:
             return job
         stderr = self.app.stderr
         latest = [job]
 
-        def poll() -> dict:
+        def poll() -> dict[str, Any]:
             latest[0] = self.get_job(job["id"])
             return latest[0]
 
@@ -119,6 +120,6 @@ class JobRetry(_JobCommand):
             self.exit_code = 1
         return job
 
-    def run(self, parsed_args):
+    def run(self, parsed_args: argparse.Namespace) -> int:
         super().run(parsed_args)
         return self.exit_code

@@ -9,7 +9,7 @@ from typing import Any
 
 from cliff.show import ShowOne
 
-from exosuit.cli.base import ApiCommand, cells, segment
+from exosuit.cli.base import ApiCommand, Shown, cells, segment
 from exosuit.cli.waiting import add_wait_options, wait_for
 
 __all__ = ["PartitionSet", "PartitionShow", "layout_from", "slices_text"]
@@ -69,7 +69,7 @@ class PartitionShow(ApiCommand, ShowOne):
         parser.add_argument("uuid", metavar="DEVICE", help="The device's UUID.")
         return parser
 
-    def take_action(self, parsed_args: argparse.Namespace):
+    def take_action(self, parsed_args: argparse.Namespace) -> Shown:
         found = self.api.get(f"/v2/devices/{segment(parsed_args.uuid)}/partitions")
         return _shown(found, parsed_args.formatter)
 
@@ -114,9 +114,9 @@ class PartitionSet(ApiCommand, ShowOne):
         add_wait_options(parser, "its agent applied the layout (or failed)")
         return parser
 
-    def take_action(self, parsed_args: argparse.Namespace):
+    def take_action(self, parsed_args: argparse.Namespace) -> Shown:
         path = f"/v2/devices/{segment(parsed_args.uuid)}/partitions"
-        found = self.api.put(path, layout_from(parsed_args))
+        found: dict[str, Any] = self.api.put(path, layout_from(parsed_args))
         if parsed_args.wait and found["state"] == "applying":
             found, stopped = wait_for(
                 self,
@@ -133,6 +133,6 @@ class PartitionSet(ApiCommand, ShowOne):
                 self.exit_code = 1
         return _shown(found, parsed_args.formatter)
 
-    def run(self, parsed_args):
+    def run(self, parsed_args: argparse.Namespace) -> int:
         super().run(parsed_args)
         return self.exit_code

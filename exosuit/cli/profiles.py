@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import argparse
 import uuid as uuidlib
+from typing import Any
 
 from cliff.lister import Lister
 
-from exosuit.cli.base import ApiCommand, Filter, ListCommand, ShowCommand, cells, segment
-from exosuit.cli.client import ApiError
+from exosuit.cli.base import (
+    ApiCommand,
+    Filter,
+    ListCommand,
+    Listed,
+    ShowCommand,
+    cells,
+    segment,
+)
+from exosuit.cli.client import ApiClient, ApiError
 
 __all__ = ["ProfileCreate", "ProfileDelete", "ProfileList", "ProfileShow"]
 
@@ -22,10 +31,11 @@ def _is_uuid(value: str) -> bool:
     return True
 
 
-def get_profile(api, ident: str) -> dict:
+def get_profile(api: ApiClient, ident: str) -> dict[str, Any]:
     """A profile by UUID, or by name (looked up in the list before API 2.2)."""
     if _is_uuid(ident) or api.supports("2.2"):
-        return api.get(f"/v2/device_profiles/{segment(ident)}")["device_profile"]
+        profile: dict[str, Any] = api.get(f"/v2/device_profiles/{segment(ident)}")["device_profile"]
+        return profile
     found = api.list("/v2/device_profiles", "device_profiles", {"name": ident})
     if not found:
         raise ApiError(404, f"Device profile {ident} could not be found.")
@@ -48,12 +58,12 @@ class ProfileList(ListCommand):
 class ProfileShow(ShowCommand):
     """Show one device profile (by name or UUID), every field."""
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("profile", metavar="PROFILE", help="The profile's name or UUID.")
         return parser
 
-    def item(self, parsed_args):
+    def item(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
         return get_profile(self.api, parsed_args.profile)
 
 
@@ -71,7 +81,7 @@ def _group(value: str) -> dict[str, str]:
 class ProfileCreate(ShowCommand):
     """Create a device profile from one or more request groups."""
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("name", metavar="NAME", help="The new profile's name.")
         parser.add_argument(
@@ -88,13 +98,14 @@ class ProfileCreate(ShowCommand):
         parser.add_argument("--uuid", metavar="UUID", help="The profile's UUID (default: new).")
         return parser
 
-    def item(self, parsed_args):
+    def item(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
         profile = {"name": parsed_args.name, "groups": parsed_args.groups}
         if parsed_args.description is not None:
             profile["description"] = parsed_args.description
         if parsed_args.uuid is not None:
             profile["uuid"] = parsed_args.uuid
-        return self.api.post("/v2/device_profiles", [profile])
+        created: dict[str, Any] = self.api.post("/v2/device_profiles", [profile])
+        return created
 
 
 class ProfileDelete(ApiCommand, Lister):
@@ -103,14 +114,14 @@ class ProfileDelete(ApiCommand, Lister):
     One request for all of them: all are deleted, or none if one is missing or in
     use. Shows what was deleted."""
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument(
             "profiles", metavar="PROFILE", nargs="+", help="A profile's name or UUID."
         )
         return parser
 
-    def take_action(self, parsed_args):
+    def take_action(self, parsed_args: argparse.Namespace) -> Listed:
         profiles = {}
         for ident in parsed_args.profiles:
             profile = get_profile(self.api, ident)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import cast
 
 from exosuit.cli.app import ExosuitApp
 
@@ -24,7 +25,10 @@ _OWN_GROUPS = ("positional arguments", "options")
 
 
 def _formatter(parser: argparse.ArgumentParser) -> argparse.HelpFormatter:
-    return parser.formatter_class(prog=parser.prog, width=WIDTH)  # type: ignore[call-arg]
+    # Every formatter class of argparse takes a width; typeshed's type of formatter_class
+    # promises only prog.
+    formatter = cast(type[argparse.HelpFormatter], parser.formatter_class)
+    return formatter(prog=parser.prog, width=WIDTH)
 
 
 def _help(

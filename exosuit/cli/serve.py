@@ -3,6 +3,7 @@ process; SQLite; noauth). Options and behaviour are those of exosuit/serve.py.""
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from cliff.command import Command
@@ -17,7 +18,7 @@ SERVE_READY_DRIVERS = ["simulated"]
 __all__ = ["Serve"]
 
 
-def add_config_file(parser) -> None:
+def add_config_file(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config-file",
         action="append",
@@ -34,7 +35,7 @@ class Serve(Command):
     API, conductor and a simulated host in one process; SQLite under --data-dir; no
     authentication (identity from X-* headers, admin by default). Ctrl-C stops it."""
 
-    def get_parser(self, prog_name):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("--host", default="127.0.0.1", help="Address to listen on.")
         parser.add_argument("--port", type=int, default=6666, help="Port to listen on (0: any).")
@@ -53,11 +54,11 @@ class Serve(Command):
         add_config_file(parser)
         return parser
 
-    def take_action(self, parsed_args):
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
         with stop_while_starting():  # until the server's own handlers take over
             return self._serve(parsed_args)
 
-    def _serve(self, parsed_args):
+    def _serve(self, parsed_args: argparse.Namespace) -> int:
         # Imported here: the server's modules are not needed by the other commands.
         from exosuit.conf import DefaultSettings, make_conf
         from exosuit.serve import serve

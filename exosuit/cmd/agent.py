@@ -11,10 +11,11 @@ from exosuit.agent.plugins import DriverSet, installed_plugins
 from exosuit.agent.snapshot import discover, make_snapshot
 from exosuit.cmd import add_config_argument
 from exosuit.conf import AgentSettings, DefaultSettings, make_conf
+from exosuit.schemas import JSONObject
 from exosuit.stopping import stop_while_starting
 
 
-def _discover(args) -> int:
+def _discover(args: argparse.Namespace) -> int:
     conf = make_conf(args.config_file)
     hostname = args.hostname or DefaultSettings.from_conf(conf).host
     root = args.sysfs_root or AgentSettings.from_conf(conf).sysfs_root
@@ -50,7 +51,7 @@ _SERVICE_COLUMNS = ("PCI ADDRESS", "SERVICE", "NAME", "STATE", "DETAILS")
 _DRIVER_COLUMNS = ("DRIVER", "VERSION", "ENABLED", "FOUND", "CONFIG DIGEST", "ERROR")
 
 
-def _print_table(snapshot: dict, driver_names: list[str], root: str) -> None:
+def _print_table(snapshot: JSONObject, driver_names: list[str], root: str) -> None:
     """One line per deployable; one per service of each device (what it offers now,
     or could offer once configured); one per installed driver; then what was found (or
     why nothing was)."""
@@ -124,7 +125,7 @@ def _print_rows(columns: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> No
     print()
 
 
-def _record(args) -> int:
+def _record(args: argparse.Namespace) -> int:
     from exosuit.agent.record import record
 
     try:
@@ -139,7 +140,7 @@ def _record(args) -> int:
     return 0
 
 
-def _run(args) -> int:
+def _run(args: argparse.Namespace) -> int:
     from exosuit.agent.main import run_agent
     from exosuit.cmd import setup_logging
     from exosuit.conf import make_agent_conf

@@ -12,10 +12,15 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from exosuit.cmd import add_config_argument, setup_logging
 from exosuit.conf import ApiSettings, DatabaseSettings, DefaultSettings, make_conf
 from exosuit.stopping import stop_while_starting
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +35,7 @@ def _main(argv: list[str] | None) -> int:
     parser.add_argument("--port", type=int, help="Port to listen on ([api] port).")
     parser.add_argument("--workers", type=int, help="Worker processes ([api] workers).")
     args = parser.parse_args(argv)
-    overrides = {}
+    overrides: dict[str, Any] = {}
     if args.host:
         overrides["api.host_ip"] = args.host
     if args.port is not None:
@@ -76,7 +81,7 @@ def _multiprocess_metrics(workers: int) -> str | None:
     return path
 
 
-def _serve(conf, config_files: list[str], workers: int) -> None:
+def _serve(conf: cfg.ConfigOpts, config_files: list[str], workers: int) -> None:
     api = ApiSettings.from_conf(conf)
     if api.server == "granian":
         _run_granian(api, config_files, workers)
@@ -100,7 +105,10 @@ def _serve(conf, config_files: list[str], workers: int) -> None:
             for key, value in options.items():
                 self.cfg.set(key, value)
 
-        def load(self):
+        # Callable[..., …]: gunicorn's stubs describe the WSGI callable with looser
+        # argument types than wsgiref.types (which the app is written against); gunicorn
+        # calls it as PEP 3333 says.
+        def load(self) -> Callable[..., Iterable[bytes]]:
             # Each worker builds its own app (and database pool) after the fork.
             from exosuit.api.deploy import loadapp
 
@@ -130,7 +138,7 @@ def _run_granian(api: ApiSettings, config_files: list[str], workers: int) -> Non
     ).serve()
 
 
-def _check_schema(conf) -> None:
+def _check_schema(conf: cfg.ConfigOpts) -> None:
     from exosuit.db import migration
     from exosuit.db.api import Database
 

@@ -15,16 +15,24 @@ import logging
 import os
 import signal
 import sys
+from types import FrameType
+from typing import TYPE_CHECKING
 
 from exosuit.cmd import add_config_argument, setup_logging
 from exosuit.conf import DatabaseSettings, DefaultSettings, make_conf
 from exosuit.stopping import stop_while_starting
 
+if TYPE_CHECKING:
+    from oslo_config import cfg
+
+    from exosuit.db.api import Database
+    from exosuit.db.jobs import JobRow
+
 LOG = logging.getLogger("exosuit.conductor")
 STATES = ("pending", "running", "failed", "succeeded")
 
 
-def _database(conf):
+def _database(conf: cfg.ConfigOpts) -> Database:
     from exosuit.db import migration
     from exosuit.db.api import Database
 
@@ -36,7 +44,7 @@ def _database(conf):
     return db
 
 
-def _run(args) -> int:
+def _run(args: argparse.Namespace) -> int:
     from exosuit.conductor.worker import Conductor
 
     overrides = {"conductor.workers": args.workers} if args.workers else {}
@@ -45,7 +53,7 @@ def _run(args) -> int:
     db = _database(conf)
     conductor = Conductor(conf, db)
 
-    def _on_signal(signum, _frame):
+    def _on_signal(signum: int, _frame: FrameType | None) -> None:
         if conductor.finished:
             return
         if conductor.stopping:
@@ -70,7 +78,7 @@ def _run(args) -> int:
     return 0
 
 
-def _status(args) -> int:
+def _status(args: argparse.Namespace) -> int:
     from exosuit.db import jobs
 
     conf = make_conf(args.config_file)
@@ -105,7 +113,7 @@ def _status(args) -> int:
     return 0
 
 
-def _row(job: dict) -> tuple[str, ...]:
+def _row(job: JobRow) -> tuple[str, ...]:
     when = job["lease_expires_at"] if job["state"] == "running" else job["run_after"]
     error = (job["last_error"] or "").splitlines()[0:1]
     return (
@@ -120,7 +128,7 @@ def _row(job: dict) -> tuple[str, ...]:
     )
 
 
-def _retry(args) -> int:
+def _retry(args: argparse.Namespace) -> int:
     from exosuit.db import jobs
 
     conf = make_conf(args.config_file)

@@ -14,11 +14,15 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from exosuit.cli.app import add_connection_options
 from exosuit.cli.client import CLIError, connect
 from exosuit.cmd import setup_logging
 from exosuit.stopping import stop_while_starting
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
 DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
@@ -85,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _kubernetes(kubeconfig: str | None):
+def _kubernetes(kubeconfig: str | None) -> ApiClient:
     from kubernetes import client, config
 
     configuration = client.Configuration()

@@ -9,7 +9,7 @@ from exosuit.cmd import add_config_argument, setup_logging
 from exosuit.conf import make_conf
 
 
-def _db_upgrade(args) -> int:
+def _db_upgrade(args: argparse.Namespace) -> int:
     from exosuit.db import migration
     from exosuit.db.api import Database
 
@@ -22,7 +22,7 @@ def _db_upgrade(args) -> int:
     return 0
 
 
-def _db_version(args) -> int:
+def _db_version(args: argparse.Namespace) -> int:
     from exosuit.db import migration
     from exosuit.db.api import Database
 
@@ -33,7 +33,7 @@ def _db_version(args) -> int:
     return 0 if current == head else 1
 
 
-def _import_cyborg(args) -> int:
+def _import_cyborg(args: argparse.Namespace) -> int:
     from exosuit.db import cyborg_import
     from exosuit.db.api import Database
 
@@ -64,7 +64,7 @@ def _import_cyborg(args) -> int:
     return 0
 
 
-def _config_sample(args) -> int:
+def _config_sample(args: argparse.Namespace) -> int:
     from oslo_config import generator
 
     generator.main(
@@ -81,7 +81,7 @@ def _config_sample(args) -> int:
     return 0
 
 
-def _policy_sample(args) -> int:
+def _policy_sample(args: argparse.Namespace) -> int:
     from oslo_policy import generator
 
     # oslo.policy 6 writes YAML only and refuses the old --format option.
@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     policy.add_argument("--output", help="Write to this file instead of standard output.")
     policy.set_defaults(func=_policy_sample)
     args = parser.parse_args(argv)
-    return args.func(args)
+    code: int = args.func(args)
+    return code
 
 
 if __name__ == "__main__":

@@ -35,12 +35,15 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from oslo_config import cfg
+
 from exosuit import exceptions
 from exosuit.backoff import backoff_delay
 from exosuit.conductor import kinds
 from exosuit.conf import ConductorSettings
 from exosuit.db import audit
 from exosuit.db import jobs as jobs_db
+from exosuit.db.api import Database
 from exosuit.db.jobs import FAILED, PENDING, SUCCEEDED, ClaimedJob
 from exosuit.jobs import Handler, Interval, JobContext, RetryLater
 
@@ -113,7 +116,7 @@ class Settings:
     failed_retention: float = 2592000.0
 
     @classmethod
-    def from_conf(cls, conf) -> Settings:
+    def from_conf(cls, conf: cfg.ConfigOpts) -> Settings:
         group = ConductorSettings.from_conf(conf)
         return cls(
             poll_interval=group.poll_interval,
@@ -140,7 +143,7 @@ class Outcome:
     retry_in: float | None = None
 
 
-class Services(dict):
+class Services(dict[str, Any]):
     """``ctx.services``: each registered service is built from the configuration the
     first time a handler asks for it, then shared by the process's workers.
 
@@ -148,7 +151,9 @@ class Services(dict):
     registered is a KeyError.
     """
 
-    def __init__(self, conf, factories: Mapping[str, Callable[[Any], Any]] | None = None):
+    def __init__(
+        self, conf: cfg.ConfigOpts, factories: Mapping[str, Callable[[Any], Any]] | None = None
+    ) -> None:
         super().__init__()
         self._conf = conf
         self._factories = kinds.load(conf).services if factories is None else factories
@@ -184,8 +189,8 @@ class Worker:
 
     def __init__(
         self,
-        conf,
-        db,
+        conf: cfg.ConfigOpts,
+        db: Database,
         *,
         name: str = "worker",
         settings: Settings | None = None,
@@ -301,7 +306,7 @@ class Worker:
         with self._current_lock:
             self._current = None
 
-    def _run(self, job: ClaimedJob, ctx: JobContext, handler) -> Outcome:
+    def _run(self, job: ClaimedJob, ctx: JobContext, handler: Handler) -> Outcome:
         try:
             try:
                 # The changes a job makes are the conductor's (exosuit/db/audit.py).
@@ -405,7 +410,10 @@ class Worker:
 
 
 def schedule_periodic(
-    db, conf, periodic: Mapping[str, Interval], handlers: Mapping[str, Handler]
+    db: Database,
+    conf: cfg.ConfigOpts,
+    periodic: Mapping[str, Interval],
+    handlers: Mapping[str, Handler],
 ) -> None:
     """Make sure each periodic kind with a handler has its one job row, due
     ``interval`` seconds after its previous run ended.
@@ -429,7 +437,7 @@ def schedule_periodic(
             db.write(jobs_db.rearm_periodic, job_id, row, seconds)
 
 
-def purge_finished(db, settings: Settings) -> int:
+def purge_finished(db: Database, settings: Settings) -> int:
     """Delete succeeded and failed jobs older than their retention (0: keep them).
 
     Periodic jobs (negative ids) are kept: their row is their schedule.
@@ -464,8 +472,8 @@ class Conductor:
 
     def __init__(
         self,
-        conf,
-        db,
+        conf: cfg.ConfigOpts,
+        db: Database,
         *,
         workers: int | None = None,
         settings: Settings | None = None,

@@ -34,7 +34,7 @@ import datetime as dt
 import json
 import uuid as uuidlib
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, CursorResult
@@ -52,6 +52,8 @@ from exosuit.schemas.profile_groups import ProfileGroup
 __all__ = [
     "BIND_SOURCES",
     "RESOLVED",
+    "ArqRow",
+    "ArqState",
     "Binding",
     "BindResult",
     "ProgramNeed",
@@ -151,9 +153,42 @@ class ProgramNeed:
     error: str | None = None
 
 
+class ArqRow(TypedDict):
+    """An ARQ as the API shows it: a row of ``accelerator_requests`` (models.
+    AcceleratorRequest says what each column holds), its profile's name, and its attach
+    handle (uuid, type, info decoded) while Bound (None, "" and {} otherwise), and the
+    standalone claim that holds it (2.8)."""
+
+    id: NotRequired[int]  # not in a new ARQ (``create``)
+    uuid: str
+    project_id: str | None
+    state: str
+    device_profile_id: int | None
+    device_profile_group_id: int
+    hostname: str | None
+    device_rp_uuid: str | None
+    instance_uuid: str | None
+    attach_handle_id: int | None
+    deployable_id: int | None
+    reason: str | None
+    claim_id: NotRequired[int | None]  # not in a new ARQ (``create``)
+    created_at: dt.datetime
+    updated_at: dt.datetime | None
+    device_profile_name: str | None
+    attach_handle_uuid: str | None
+    attach_handle_type: str
+    attach_handle_info: dict[str, Any]
+    claim_uuid: str | None
+
+
+class ArqState(TypedDict):
+    uuid: str
+    state: str
+
+
 @dataclasses.dataclass
 class BindResult:
-    arq: dict[str, Any]  # its uuid and its state after the bind
+    arq: ArqState  # its uuid and its state after the bind
     error: str | None = None
 
 
@@ -163,7 +198,7 @@ class ProgramsToResolve(Exception):  # noqa: N818 - a request to the caller, not
     bind again."""
 
 
-def _to_dict(row: sa.Row[*tuple[Any, ...]]) -> dict[str, Any]:
+def _to_dict(row: sa.Row[*tuple[Any, ...]]) -> ArqRow:
     data = dict(row._mapping)
     info = data.get("attach_handle_info")
     data["attach_handle_info"] = json.loads(info) if info else {}
@@ -171,7 +206,7 @@ def _to_dict(row: sa.Row[*tuple[Any, ...]]) -> dict[str, Any]:
         data["attach_handle_type"] = ""
         data["attach_handle_info"] = {}
         data["attach_handle_uuid"] = None
-    return data
+    return cast(ArqRow, data)  # _SELECT's columns, the handle's info decoded
 
 
 def _scoped(stmt: sa.Select[*tuple[Any, ...]], scope: Scope) -> sa.Select[*tuple[Any, ...]]:
@@ -463,7 +498,7 @@ def create(
     project_id: str | None,
     handles_per_unit: dict[str, int],
     max_arqs: int | None = None,
-) -> list[dict[str, Any]]:
+) -> list[ArqRow]:
     """Create the ARQs of every group of the named profile (state Initial).
 
     Raises LimitExceeded, creating none, when the profile makes more than ``max_arqs``
@@ -502,9 +537,9 @@ def create(
     return [_created(value, row.name) for value in values]
 
 
-def _created(values: dict[str, Any], profile_name: str) -> dict[str, Any]:
+def _created(values: dict[str, Any], profile_name: str) -> ArqRow:
     """A new ARQ as ``get`` would read it back (without its ``id``), without the read."""
-    return {
+    new = {
         **values,
         "updated_at": None,
         "hostname": None,
@@ -519,9 +554,10 @@ def _created(values: dict[str, Any], profile_name: str) -> dict[str, Any]:
         "attach_handle_info": {},
         "claim_uuid": None,
     }
+    return cast(ArqRow, new)  # create's values and the rest: ArqRow's keys
 
 
-def get(conn: Connection, uuid: str, scope: Scope) -> dict[str, Any]:
+def get(conn: Connection, uuid: str, scope: Scope) -> ArqRow:
     row = _execute(conn, _Q_GET, scope, {"p_uuid": uuid}).first()
     if row is None:
         raise exceptions.AcceleratorRequestNotFound(uuid=uuid)
@@ -538,7 +574,7 @@ def list_arqs(
     device_profile_name: str | None = None,
     page: Page | None = None,
     require_resolved: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[ArqRow]:
     """The ARQs ``scope`` sees, filtered. With ``require_resolved`` and an
     ``instance``, raises ARQUnresolved while any ARQ of the instance is unresolved
     (Nova's ``bind_state=resolved``)."""
@@ -1041,10 +1077,10 @@ def _state_after(conn: Connection, uuid: str, won: int, state: str) -> str:
     transaction locked and made BindStarted); else the state read back, as it is."""
     if won == 1:
         return state
-    return get(conn, uuid, Scope(None))["state"]  # type: ignore[no-any-return]
+    return get(conn, uuid, Scope(None))["state"]
 
 
-def unbind(conn: Connection, uuids: list[str], scope: Scope) -> list[dict[str, Any]]:
+def unbind(conn: Connection, uuids: list[str], scope: Scope) -> list[ArqRow]:
     """Unbind ARQs: release their attach handles, clear the binding, state Unbound."""
     rows = _rows_for_update(conn, uuids, scope)
     _check_found(rows, uuids)
@@ -1149,7 +1185,7 @@ def delete_of_claim(conn: Connection, claim_id: int) -> int:
 
 def finish_host_work(
     conn: Connection, hostname: str, uuid: str, *, error: str | None, program: bool = False
-) -> dict[str, Any]:
+) -> ArqRow:
     """The agent of ``hostname`` reports the work a BindStarted ARQ waits for: done
     (``error`` None: Bound) or failed (BindFailed with ``error``, handle released).
     Nova's notification learns it in this transaction.

@@ -9,8 +9,9 @@ holder and the outer join yields one row per handle.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
@@ -19,7 +20,7 @@ from exosuit import exceptions
 from exosuit.db import models
 from exosuit.db.pagination import Page, paginate
 
-__all__ = ["SORT_COLUMNS", "Filters", "get", "list_attach_handles"]
+__all__ = ["SORT_COLUMNS", "AttachHandleRow", "Filters", "get", "list_attach_handles"]
 
 ah = models.attach_handles
 dep = models.deployables
@@ -51,6 +52,31 @@ _SELECT = sa.select(
 )
 
 
+class AttachHandleRow(TypedDict):
+    """An attach handle as the API shows it: a row of ``attach_handles`` (``attach_info``
+    decoded), where it is, and the ARQ (and claim) that holds it (None: free)."""
+
+    id: int
+    uuid: str
+    deployable_id: int
+    cpid_id: int | None
+    in_use: bool
+    attach_type: str
+    attach_info: dict[str, Any]
+    presence: str  # present | lost
+    created_at: dt.datetime
+    updated_at: dt.datetime | None
+    hostname: str
+    device_uuid: str
+    deployable_uuid: str
+    deployable_name: str
+    arq_uuid: str | None
+    arq_instance_uuid: str | None
+    arq_project_id: str | None
+    arq_state: str | None
+    claim_uuid: str | None
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Filters:
     """Exact-match filters of the list; None means "any"."""
@@ -73,22 +99,24 @@ class Filters:
         return found
 
 
-def _handle(row: Row[Any]) -> dict[str, Any]:
+def _handle(row: Row[Any]) -> AttachHandleRow:
     """The row as a plain dict, ``attach_info`` decoded (stored as canonical JSON)."""
     handle = dict(row._mapping)
     handle["attach_info"] = json.loads(handle["attach_info"])
     handle["in_use"] = bool(handle["in_use"])
-    return handle
+    return cast(AttachHandleRow, handle)  # _SELECT's columns are its keys
 
 
-def list_attach_handles(conn: Connection, *, filters: Filters, page: Page) -> list[dict[str, Any]]:
+def list_attach_handles(
+    conn: Connection, *, filters: Filters, page: Page | None
+) -> list[AttachHandleRow]:
     """A page of handles (``page.marker``: the uuid of the last one seen), one more than
     ``page.limit`` when more remain."""
     stmt = paginate(conn, _SELECT.where(*filters.clauses()), ah, page, SORT_COLUMNS)
     return [_handle(row) for row in conn.execute(stmt)]
 
 
-def get(conn: Connection, uuid: str) -> dict[str, Any]:
+def get(conn: Connection, uuid: str) -> AttachHandleRow:
     row = conn.execute(_SELECT.where(ah.c.uuid == uuid)).first()
     if row is None:
         raise exceptions.AttachHandleNotFound(uuid=uuid)

@@ -6,8 +6,9 @@ creating or deleting one queues its host's Placement sync in the same transactio
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid as uuidlib
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -17,10 +18,28 @@ from exosuit.db import audit, changes, models
 from exosuit.db.pagination import Page, paginate
 from exosuit.db.placement import enqueue_sync_of_deployable
 
-__all__ = ["create", "delete", "get", "list_attributes"]
+__all__ = ["AttributeRow", "create", "delete", "get", "list_attributes"]
 
 t = models.attributes
 SORT_COLUMNS = {"created_at": t.c.created_at, "uuid": t.c.uuid, "key": t.c.key}
+
+
+class AttributeRow(TypedDict):
+    """An attribute as the API shows it: a row of ``attributes``."""
+
+    id: int
+    uuid: str
+    deployable_id: int
+    key: str
+    value: str
+    source: str  # agent | api
+    created_at: dt.datetime
+    updated_at: dt.datetime | None
+
+
+def _attribute(row: sa.Row[*tuple[Any, ...]]) -> AttributeRow:
+    # A row of the whole table: its columns are AttributeRow's keys.
+    return cast(AttributeRow, dict(row._mapping))
 
 
 def list_attributes(
@@ -29,24 +48,24 @@ def list_attributes(
     deployable_id: int | None = None,
     key: str | None = None,
     page: Page | None = None,
-) -> list[dict[str, Any]]:
+) -> list[AttributeRow]:
     stmt = sa.select(t)
     if deployable_id is not None:
         stmt = stmt.where(t.c.deployable_id == deployable_id)
     if key is not None:
         stmt = stmt.where(t.c.key == key)
     stmt = paginate(conn, stmt, t, page, SORT_COLUMNS)
-    return [dict(r._mapping) for r in conn.execute(stmt)]
+    return [_attribute(r) for r in conn.execute(stmt)]
 
 
-def get(conn: Connection, uuid: str) -> dict[str, Any]:
+def get(conn: Connection, uuid: str) -> AttributeRow:
     row = conn.execute(sa.select(t).where(t.c.uuid == uuid)).first()
     if row is None:
         raise exceptions.AttributeNotFound(uuid=uuid)
-    return dict(row._mapping)
+    return _attribute(row)
 
 
-def create(conn: Connection, *, deployable_id: int, key: str, value: str) -> dict[str, Any]:
+def create(conn: Connection, *, deployable_id: int, key: str, value: str) -> AttributeRow:
     """An operator's attribute: kept across agent snapshots (source ``api``)."""
     exists = conn.execute(
         sa.select(models.deployables.c.id).where(models.deployables.c.id == deployable_id)

@@ -39,7 +39,7 @@ import dataclasses
 import datetime as dt
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -57,6 +57,7 @@ __all__ = [
     "SWEEP",
     "SYSTEM",
     "Actor",
+    "AuditEventRow",
     "Change",
     "acting",
     "current",
@@ -241,7 +242,7 @@ def has_pending(conn: Connection) -> bool:
     return conn.execute(_PENDING.with_only_columns(events.c.id).limit(1)).first() is not None
 
 
-def pending(conn: Connection, *, limit: int = 100) -> list[dict[str, Any]]:
+def pending(conn: Connection, *, limit: int = 100) -> list[AuditEventRow]:
     """Up to ``limit`` records whose notification is still to be published, oldest first."""
     return [_as_dict(row) for row in conn.execute(_PENDING.limit(limit)).mappings()]
 
@@ -301,11 +302,30 @@ def _decode(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def _as_dict(row: sa.RowMapping) -> dict[str, Any]:
+class AuditEventRow(TypedDict):
+    """A record as the API and its notification show it: a row of ``audit_events``
+    (models.AuditEvent says what each column holds), before and after decoded."""
+
+    id: int
+    created_at: dt.datetime
+    request_id: str | None
+    actor: str
+    user_id: str | None
+    project_id: str | None
+    action: str
+    object_type: str
+    object_uuid: str | None
+    host: str | None
+    before: Any  # the object in brief, as canonical JSON held it (None: created)
+    after: Any  # (None: deleted)
+    notify_pending: bool
+
+
+def _as_dict(row: sa.RowMapping) -> AuditEventRow:
     event = {k: v for k, v in row.items() if k not in ("before_data", "after_data")}
     event["before"] = _decode(row["before_data"])
     event["after"] = _decode(row["after_data"])
-    return event
+    return cast(AuditEventRow, event)  # the table's columns, the data decoded
 
 
 def page_events(
@@ -315,7 +335,7 @@ def page_events(
     since: dt.datetime | None = None,
     until: dt.datetime | None = None,
     page: Page | None = None,
-) -> list[dict[str, Any]]:
+) -> list[AuditEventRow]:
     """A page of records matching ``filters`` (exact, on ``FILTERS``), made at or after
     ``since`` and before ``until``; ``page.marker`` is the id of the last one seen. One
     more than ``page.limit`` comes when more remain."""
@@ -330,7 +350,7 @@ def page_events(
     return [_as_dict(row) for row in conn.execute(query).mappings()]
 
 
-def get_event(conn: Connection, event_id: int) -> dict[str, Any]:
+def get_event(conn: Connection, event_id: int) -> AuditEventRow:
     """One record; AuditEventNotFound if there is none (or it was purged)."""
     row = conn.execute(sa.select(events).where(events.c.id == event_id)).mappings().first()
     if row is None:

@@ -124,7 +124,8 @@ def _statement(
 ) -> str:
     preparer = dialect.identifier_preparer
     mark = _PLACEHOLDER[dialect.paramstyle]
-    row = "(" + ", ".join([mark] * len(names)) + ")"  # type: ignore[list-item]
+    assert mark is not None  # insert_rows comes here only for a paramstyle that has one
+    row = "(" + ", ".join([mark] * len(names)) + ")"
     # Names from the table's metadata (quoted), never a caller's text; values are bound.
     sql = (
         f"INSERT INTO {preparer.format_table(table)} "  # noqa: S608

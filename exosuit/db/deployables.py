@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -13,7 +14,7 @@ from exosuit import exceptions
 from exosuit.db import changes, models
 from exosuit.db.pagination import Page, paginate
 
-__all__ = ["get", "list_all_unless", "list_deployables"]
+__all__ = ["DeployableRow", "get", "list_all_unless", "list_deployables"]
 
 t = models.deployables
 attr = models.attributes
@@ -22,6 +23,27 @@ SORT_COLUMNS = {
     "uuid": t.c.uuid,
     "name": t.c.name,
 }
+
+
+class DeployableRow(TypedDict):
+    """A deployable as the API shows it: a row of ``deployables`` and its attributes."""
+
+    id: int
+    uuid: str
+    parent_id: int | None
+    root_id: int | None
+    name: str
+    num_accelerators: int
+    device_id: int
+    rp_uuid: str | None
+    driver_name: str | None
+    bitstream_id: str | None
+    program_uuid: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime | None
+    # Each attribute as a one-key {key: value} (Cyborg's attributes_list).
+    attributes: list[dict[str, str]]
+
 
 # Built once: reusing a statement object spares SQLAlchemy building it and computing
 # its cache key at every request.
@@ -43,21 +65,22 @@ _Q_ATTRIBUTES = (
 
 def _with_attributes(
     conn: Connection, rows: Iterable[sa.Row[*tuple[Any, ...]]]
-) -> list[dict[str, Any]]:
+) -> list[DeployableRow]:
     result = [dict(r._mapping) for r in rows]
     if not result:
-        return result
+        return []
     by_id: dict[int, list[dict[str, str]]] = defaultdict(list)
     for row in conn.execute(_Q_ATTRIBUTES, {"p_ids": [d["id"] for d in result]}):
         by_id[row.deployable_id].append({row.key: row.value})
     for deployable in result:
         deployable["attributes"] = by_id.get(deployable["id"], [])
-    return result
+    # Rows of the whole table with their attributes: DeployableRow's keys.
+    return cast(list[DeployableRow], result)
 
 
 def list_deployables(
     conn: Connection, *, filters: dict[str, str] | None = None, page: Page | None = None
-) -> list[dict[str, Any]]:
+) -> list[DeployableRow]:
     if not filters and page is None:
         return _list_all(conn)
     stmt = sa.select(t)
@@ -67,7 +90,7 @@ def list_deployables(
     return _with_attributes(conn, conn.execute(stmt))
 
 
-def list_all_unless(conn: Connection, known: int | None) -> tuple[int, list[dict[str, Any]] | None]:
+def list_all_unless(conn: Connection, known: int | None) -> tuple[int, list[DeployableRow] | None]:
     """The unpaged list's version (exosuit/db/changes.py) and the list, or None in its
     place when the version is ``known`` (nothing changed since the caller read it).
 
@@ -80,7 +103,7 @@ def list_all_unless(conn: Connection, known: int | None) -> tuple[int, list[dict
     return version, _list_all(conn)
 
 
-def _list_all(conn: Connection) -> list[dict[str, Any]]:
+def _list_all(conn: Connection) -> list[DeployableRow]:
     result: list[dict[str, Any]] = []
     current: dict[str, Any] = {}
     for row in conn.execute(_Q_ALL):
@@ -91,10 +114,11 @@ def _list_all(conn: Connection) -> list[dict[str, Any]]:
             result.append(current)
         if row.attribute_key is not None:
             current["attributes"].append({row.attribute_key: row.attribute_value})
-    return result
+    # The table's columns with their attributes: DeployableRow's keys.
+    return cast(list[DeployableRow], result)
 
 
-def get(conn: Connection, uuid: str) -> dict[str, Any]:
+def get(conn: Connection, uuid: str) -> DeployableRow:
     rows = conn.execute(_Q_GET, {"p_uuid": uuid}).all()
     if not rows:
         raise exceptions.DeployableNotFound(uuid=uuid)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import uuid as uuidlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -14,7 +15,14 @@ from exosuit import exceptions
 from exosuit.db import audit, models
 from exosuit.db.pagination import Page, paginate
 
-__all__ = ["create", "delete_by_names", "delete_by_uuid", "get", "list_profiles"]
+__all__ = [
+    "DeviceProfileRow",
+    "create",
+    "delete_by_names",
+    "delete_by_uuid",
+    "get",
+    "list_profiles",
+]
 
 t = models.device_profiles
 SORT_COLUMNS = {"created_at": t.c.created_at, "name": t.c.name, "uuid": t.c.uuid}
@@ -40,10 +48,22 @@ _Q_IN_USE = (
 )
 
 
-def _to_dict(row: sa.Row[*tuple[Any, ...]]) -> dict[str, Any]:
+class DeviceProfileRow(TypedDict):
+    """A device profile as the API shows it: its row, ``profile_json``'s groups read."""
+
+    id: int
+    uuid: str
+    name: str
+    description: str | None
+    groups: list[dict[str, str]]
+    created_at: dt.datetime
+    updated_at: dt.datetime | None
+
+
+def _to_dict(row: sa.Row[*tuple[Any, ...]]) -> DeviceProfileRow:
     data = dict(row._mapping)
     data["groups"] = json.loads(data.pop("profile_json")).get("groups", [])
-    return data
+    return cast(DeviceProfileRow, data)  # the table's columns, profile_json read
 
 
 def create(
@@ -53,7 +73,7 @@ def create(
     groups: list[dict[str, str]],
     description: str | None = None,
     uuid: str | None = None,
-) -> dict[str, Any]:
+) -> DeviceProfileRow:
     """Insert a profile; DeviceProfileExists if the name or uuid is taken."""
     for field, value in (("name", name), ("uuid", uuid)):
         if value is not None and conn.execute(_Q_ID_BY[field], {"p_value": value}).first():
@@ -76,7 +96,7 @@ def create(
     return get(conn, new_uuid)
 
 
-def get(conn: Connection, ident: str, *, by_name: bool = False) -> dict[str, Any]:
+def get(conn: Connection, ident: str, *, by_name: bool = False) -> DeviceProfileRow:
     row = conn.execute(_Q_GET_BY["name" if by_name else "uuid"], {"p_value": ident}).first()
     if row is None:
         raise exceptions.DeviceProfileNotFound(ident=ident)
@@ -85,7 +105,7 @@ def get(conn: Connection, ident: str, *, by_name: bool = False) -> dict[str, Any
 
 def list_profiles(
     conn: Connection, *, names: list[str] | None = None, page: Page | None = None
-) -> list[dict[str, Any]]:
+) -> list[DeviceProfileRow]:
     stmt = sa.select(t)
     if names is not None:
         stmt = stmt.where(t.c.name.in_(names))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -15,7 +15,15 @@ from exosuit.db import audit, drain, models, services
 from exosuit.db.pagination import Page, paginate
 from exosuit.db.placement import enqueue_sync
 
-__all__ = ["USAGE_LABELS", "get", "list_devices", "set_status", "usage_series", "with_details"]
+__all__ = [
+    "USAGE_LABELS",
+    "DeviceRow",
+    "get",
+    "list_devices",
+    "set_status",
+    "usage_series",
+    "with_details",
+]
 
 t = models.devices
 hosts = models.hosts
@@ -30,6 +38,51 @@ SORT_COLUMNS = {
 FILTERS = ("type", "vendor", "hostname", "status", "activation")
 
 
+class DeviceRow(TypedDict):
+    """A device as the API shows it: a row of ``devices`` (models.Device says what each
+    column holds), with what ``details`` and ``maintenance`` add when asked."""
+
+    id: int
+    uuid: str
+    type: str
+    vendor: str
+    model: str
+    std_board_info: str | None
+    vendor_board_info: str | None
+    hostname: str
+    identity: str
+    status: str
+    status_reason: str | None
+    presence: str
+    presence_reason: str | None
+    driver_name: str | None
+    plugin: str | None
+    pci_address: str | None
+    numa_node: int | None
+    firmware_version: str | None
+    activation: str
+    activation_reason: str | None
+    activation_generation: int | None
+    partition_layout: str | None
+    partition_state: str | None
+    partition_reason: str | None
+    partition_generation: int | None
+    partition_on_demand: bool
+    health_state: str
+    health_reason: str | None
+    health_since: dt.datetime | None
+    health_held: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime | None
+    # details=True (with_details)
+    services: NotRequired[list[services.DeviceService]]
+    usage: NotRequired[dict[str, Any] | None]  # figure → value, as its host reported it
+    usage_seen_at: NotRequired[dt.datetime | None]
+    # maintenance=True (exosuit/db/drain.py's with_maintenance)
+    holders: NotRequired[list[drain.Holder]]
+    maintenance: NotRequired[str | None]
+
+
 def list_devices(
     conn: Connection,
     *,
@@ -37,7 +90,7 @@ def list_devices(
     page: Page | None = None,
     details: bool = False,
     maintenance: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[DeviceRow]:
     """A page of devices; ``details``: with their services and usage (``with_details``);
     ``maintenance``: with their holders and maintenance state (exosuit/db/drain.py)."""
     stmt = sa.select(t)
@@ -47,22 +100,24 @@ def list_devices(
     devices = [dict(r._mapping) for r in conn.execute(stmt)]
     if maintenance:
         drain.with_maintenance(conn, devices)
-    return with_details(conn, devices) if details else devices
+    rows = cast(list[DeviceRow], devices)  # the table's columns: DeviceRow's keys
+    return with_details(conn, rows) if details else rows
 
 
 def get(
     conn: Connection, uuid: str, *, details: bool = False, maintenance: bool = False
-) -> dict[str, Any]:
+) -> DeviceRow:
     row = conn.execute(sa.select(t).where(t.c.uuid == uuid)).first()
     if row is None:
         raise exceptions.DeviceNotFound(uuid=uuid)
-    device = dict(row._mapping)
+    found = dict(row._mapping)
     if maintenance:
-        drain.with_maintenance(conn, [device])
+        drain.with_maintenance(conn, [found])
+    device = cast(DeviceRow, found)  # the table's columns: DeviceRow's keys
     return with_details(conn, [device])[0] if details else device
 
 
-def with_details(conn: Connection, devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def with_details(conn: Connection, devices: list[DeviceRow]) -> list[DeviceRow]:
     """``devices`` with their ``services`` and their ``usage`` as their host last
     reported it (None when it reported none for them) and ``usage_seen_at``: two more
     reads, whatever the number of devices."""
@@ -84,7 +139,7 @@ def with_details(conn: Connection, devices: list[dict[str, Any]]) -> list[dict[s
     return devices
 
 
-def set_status(conn: Connection, uuid: str, status: str) -> dict[str, Any]:
+def set_status(conn: Connection, uuid: str, status: str) -> DeviceRow:
     """enabled or maintaining. A disabled device takes no new binds. An operator's
     change clears the reason Exosuit gave when it disabled the device itself."""
     before = conn.execute(

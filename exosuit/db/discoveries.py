@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid as uuidlib
 from collections.abc import Sequence
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -24,7 +24,15 @@ from exosuit.db import models
 from exosuit.db.desired_state import bump
 from exosuit.db.pagination import Page, paginate
 
-__all__ = ["SORT_COLUMNS", "create", "get", "list_discoveries", "mark_received"]
+__all__ = [
+    "SORT_COLUMNS",
+    "DiscoveryHost",
+    "DiscoveryRow",
+    "create",
+    "get",
+    "list_discoveries",
+    "mark_received",
+]
 
 disc = models.discoveries
 dh = models.discovery_hosts
@@ -50,13 +58,35 @@ _COUNTS = (
 )
 
 
+class DiscoveryHost(TypedDict):
+    """A host a discovery asked: the generation that carries it, when its report came."""
+
+    hostname: str
+    generation: int
+    received_at: dt.datetime | None
+
+
+class DiscoveryRow(TypedDict):
+    """A discovery as the API shows it: its row and its counts (``get``: its hosts too)."""
+
+    id: int
+    uuid: str
+    requested_at: dt.datetime
+    spread: float
+    all_hosts: bool
+    host_count: int
+    received: int
+    last_received_at: dt.datetime | None
+    hosts: NotRequired[list[DiscoveryHost]]
+
+
 def mark_received(conn: Connection, hostname: str, generation: int, now: dt.datetime) -> None:
     """The host reported at ``generation``: the discoveries asked at or before it have
     their new inventory."""
     conn.execute(_MARK_RECEIVED, {"p_hostname": hostname, "p_generation": generation, "p_now": now})
 
 
-def create(conn: Connection, hostnames: Sequence[str] | None, *, rate: int) -> dict[str, Any]:
+def create(conn: Connection, hostnames: Sequence[str] | None, *, rate: int) -> DiscoveryRow:
     """Ask ``hostnames`` (every host the database knows for None) to discover now.
     Raises HostNotFound for a host never seen (nothing is asked then)."""
     if hostnames is not None:
@@ -92,14 +122,14 @@ def create(conn: Connection, hostnames: Sequence[str] | None, *, rate: int) -> d
     return get(conn, uuid)
 
 
-def get(conn: Connection, uuid: str) -> dict[str, Any]:
+def get(conn: Connection, uuid: str) -> DiscoveryRow:
     """A discovery with each host asked: its generation and ``received_at``."""
     row = conn.execute(sa.select(disc, *_COUNTS).where(disc.c.uuid == uuid.lower())).first()
     if row is None:
         raise exceptions.DiscoveryNotFound(uuid=uuid)
-    discovery = dict(row._mapping)
+    discovery = cast(DiscoveryRow, dict(row._mapping))  # the table's columns, the counts
     discovery["hosts"] = [
-        dict(h._mapping)
+        cast(DiscoveryHost, dict(h._mapping))
         for h in conn.execute(
             sa.select(dh.c.hostname, dh.c.generation, dh.c.received_at)
             .where(dh.c.discovery_id == row.id)
@@ -109,7 +139,7 @@ def get(conn: Connection, uuid: str) -> dict[str, Any]:
     return discovery
 
 
-def list_discoveries(conn: Connection, *, page: Page | None) -> list[dict[str, Any]]:
+def list_discoveries(conn: Connection, *, page: Page | None) -> list[DiscoveryRow]:
     """A page of discoveries, newest first by default, with their counts (hosts asked,
     received) but not their hosts."""
     stmt = sa.select(disc, *_COUNTS)
@@ -117,4 +147,4 @@ def list_discoveries(conn: Connection, *, page: Page | None) -> list[dict[str, A
         stmt = stmt.order_by(disc.c.requested_at.desc(), disc.c.id.desc())
     else:
         stmt = paginate(conn, stmt, disc, page, SORT_COLUMNS)
-    return [dict(r._mapping) for r in conn.execute(stmt)]
+    return [cast(DiscoveryRow, dict(r._mapping)) for r in conn.execute(stmt)]

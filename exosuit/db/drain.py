@@ -21,8 +21,9 @@ Each change is one transaction that also queues the host's Placement sync.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -36,6 +37,10 @@ __all__ = [
     "DRAINING",
     "ENABLED",
     "MAINTAINING",
+    "DrainedDevice",
+    "DrainedHost",
+    "Holder",
+    "HostHolder",
     "drain_device",
     "drain_host",
     "holders",
@@ -51,6 +56,54 @@ MAINTAINING = "maintaining"
 # when nothing does.
 DRAINING = "draining"
 DRAINED = "drained"
+
+
+class Holder(TypedDict):
+    """What holds a held attach handle of a device: its ARQ (and that ARQ's instance, or
+    the standalone claim it belongs to)."""
+
+    attach_handle_uuid: str
+    arq_uuid: str | None
+    arq_state: str | None
+    instance_uuid: str | None
+    project_id: str | None
+    claim_uuid: str | None
+
+
+class HostHolder(Holder):
+    """A holder of one of a host's devices."""
+
+    device_uuid: str
+
+
+class DrainedDevice(TypedDict):
+    """A device after its drain or undrain."""
+
+    uuid: str
+    hostname: str
+    status: str
+    maintenance: str | None
+    holders: list[Holder]
+
+
+class DrainedHostDevice(TypedDict):
+    """A device of a host after the host's drain or undrain."""
+
+    uuid: str
+    status: str
+    status_reason: str | None
+    maintenance: str | None
+    holders: list[Holder]
+
+
+class DrainedHost(TypedDict):
+    """A host after its drain or undrain, with its devices."""
+
+    hostname: str
+    drained_at: dt.datetime | None
+    maintenance: str | None
+    devices: list[DrainedHostDevice]
+
 
 dev = models.devices
 dep = models.deployables
@@ -92,25 +145,26 @@ _Q_SET_STATUS = (
 )
 
 
-def holders(conn: Connection, device_ids: Collection[int]) -> dict[int, list[dict[str, Any]]]:
+def holders(conn: Connection, device_ids: Collection[int]) -> dict[int, list[Holder]]:
     """What holds attach handles of the devices, by device id (each device has a list,
     empty when nothing holds it): per held handle ``attach_handle_uuid``, ``arq_uuid``,
     ``arq_state``, ``instance_uuid``, ``project_id`` and ``claim_uuid`` (None but for a
     standalone claim's ARQ). Not locked: a view."""
-    found: dict[int, list[dict[str, Any]]] = {i: [] for i in device_ids}
+    found: dict[int, list[Holder]] = {i: [] for i in device_ids}
     if not device_ids:
         return found
     for r in conn.execute(_Q_HOLDERS, {"p_ids": sorted(device_ids)}):
         holder = dict(r._mapping)
-        found.setdefault(holder.pop("device_id"), []).append(holder)
+        # _HOLDER's columns once device_id is taken out: Holder's keys.
+        found.setdefault(holder.pop("device_id"), []).append(cast(Holder, holder))
     return found
 
 
-def host_holders(conn: Connection, hostname: str) -> list[dict[str, Any]]:
+def host_holders(conn: Connection, hostname: str) -> list[HostHolder]:
     """What holds attach handles of the host's devices: ``holders``' fields and the
     ``device_uuid``, by device and handle."""
     rows = conn.execute(_Q_HOST_HOLDERS, {"p_hostname": hostname})
-    return [dict(r._mapping) for r in rows]
+    return [cast(HostHolder, dict(r._mapping)) for r in rows]  # its columns are the keys
 
 
 def maintenance(status: str, held: Collection[object]) -> str | None:
@@ -150,7 +204,7 @@ def _device_row(conn: Connection, uuid: str) -> sa.Row[*tuple[Any, ...]]:
     return row
 
 
-def drain_device(conn: Connection, uuid: str, *, drain: bool) -> dict[str, Any]:
+def drain_device(conn: Connection, uuid: str, *, drain: bool) -> DrainedDevice:
     """Drain the device (``maintaining``) or undrain it (``enabled``, and the reason
     Exosuit gave, if it disabled the device itself, cleared). Idempotent. Returns
     ``{"uuid", "hostname", "status", "maintenance", "holders"}``; raises DeviceNotFound.
@@ -173,7 +227,7 @@ def drain_device(conn: Connection, uuid: str, *, drain: bool) -> dict[str, Any]:
     }
 
 
-def drain_host(conn: Connection, hostname: str, *, drain: bool) -> dict[str, Any]:
+def drain_host(conn: Connection, hostname: str, *, drain: bool) -> DrainedHost:
     """Drain the host (every device maintaining, and those it reports later) or undrain
     it (every device enabled again but those Exosuit disabled itself, which keep their
     status and reason). Idempotent. Returns ``{"hostname", "drained_at", "maintenance",
@@ -211,7 +265,7 @@ def drain_host(conn: Connection, hostname: str, *, drain: bool) -> dict[str, Any
         .with_for_update()
     ).all()
     changed: list[audit.Change] = []
-    devices = []
+    devices: list[dict[str, Any]] = []
     for r in rows:
         status, reason = r.status, r.status_reason
         if drain and status != MAINTAINING:
@@ -234,9 +288,10 @@ def drain_host(conn: Connection, hostname: str, *, drain: bool) -> dict[str, Any
         "hostname": hostname,
         "drained_at": drained_at,
         "maintenance": host_maintenance(drained_at, _all_holders(held)),
-        "devices": devices,
+        # id taken out, holders and maintenance put in: DrainedHostDevice's keys.
+        "devices": cast(list[DrainedHostDevice], devices),
     }
 
 
-def _all_holders(held: Mapping[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def _all_holders(held: Mapping[int, list[Holder]]) -> list[Holder]:
     return [h for found in held.values() for h in found]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -29,7 +29,16 @@ from exosuit.db.desired_state import FLEET, bump
 from exosuit.db.pagination import Page, paginate
 from exosuit.schemas import canonical_json
 
-__all__ = ["ACTIONS", "FLEET", "SORT_COLUMNS", "change", "list_drivers", "record_reported"]
+__all__ = [
+    "ACTIONS",
+    "FLEET",
+    "SORT_COLUMNS",
+    "DriverChange",
+    "DriverRow",
+    "change",
+    "list_drivers",
+    "record_reported",
+]
 
 ACTIONS = ("install", "update", "uninstall")
 
@@ -125,6 +134,22 @@ def _wish(
     return enabled, current
 
 
+class HostGeneration(TypedDict):
+    hostname: str
+    generation: int
+
+
+class DriverChange(TypedDict):
+    """What ``change`` did: the hosts asked, each with the desired-state generation that
+    carries the wish, and the devices an uninstall marked inactive."""
+
+    driver: str
+    action: str
+    all_hosts: bool
+    hosts: list[HostGeneration]
+    deactivated: list[str]
+
+
 def change(
     conn: Connection,
     name: str,
@@ -132,7 +157,7 @@ def change(
     *,
     hostnames: Sequence[str] | None = None,
     config: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
+) -> DriverChange:
     """Install (enable), update (reconfigure) or uninstall (disable) driver ``name`` on
     ``hostnames`` (every host, and those that report later, for None): ``{"driver",
     "action", "all_hosts", "hosts": [{"hostname", "generation"}], "deactivated":
@@ -286,7 +311,35 @@ _SELECT = sa.select(
 )
 
 
-def _driver(row: sa.Row[*tuple[Any, ...]]) -> dict[str, Any]:
+class Desired(TypedDict):
+    """What is asked of a host's driver: enabled or not, its options, the generation that
+    carries it (None: the fleet's wish, with no generation of the host's), and whose."""
+
+    enabled: bool | None
+    config: dict[str, str]
+    generation: int | None
+    scope: str  # host | fleet
+
+
+class DriverRow(TypedDict):
+    """A (host, driver) row as the API shows it: what the agent reported, what is asked
+    (``desired``, None: nothing) and whether the agent applied it (``observed``; None on
+    the fleet's row, whose hostname is None, or when nothing is asked)."""
+
+    id: int
+    name: str
+    reported_at: dt.datetime | None
+    version: str | None
+    enabled: bool | None
+    config_digest: str | None
+    found: int | None
+    error: str | None
+    hostname: str | None
+    desired: Desired | None
+    observed: bool | None
+
+
+def _driver(row: sa.Row[*tuple[Any, ...]]) -> DriverRow:
     """A row as the API shows it: ``desired`` (what is asked of the host: its own wish,
     else the fleet's; None when nothing is) and whether the agent ``observed`` it."""
     driver = {c: getattr(row, c) for c in ("id", "name", "reported_at", *_REPORTED)}
@@ -313,12 +366,12 @@ def _driver(row: sa.Row[*tuple[Any, ...]]) -> dict[str, Any]:
             driver["observed"] = observed is not None and (
                 generation is None or observed >= generation
             )
-    return driver
+    return cast(DriverRow, driver)  # the columns picked and what was added
 
 
 def list_drivers(
     conn: Connection, *, filters: Mapping[str, str], page: Page | None
-) -> list[dict[str, Any]]:
+) -> list[DriverRow]:
     """A page of (host, driver) rows, filtered by ``hostname`` and ``name``; the row of
     what was asked of every host has hostname None."""
     stmt = _SELECT

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from exosuit import exceptions
 from exosuit.db import audit, models
-from exosuit.db.drain import holders
+from exosuit.db.drain import Holder, holders
 from exosuit.db.placement import enqueue_sync
 
 __all__ = [
@@ -40,6 +40,8 @@ __all__ = [
     "UNHEALTHY",
     "WARNING",
     "OFFERED",
+    "DeviceHealth",
+    "HealthView",
     "recover",
     "hold_record",
     "reported",
@@ -90,7 +92,26 @@ def reported(row: Any | None, device: dict[str, Any], now: dt.datetime) -> dict[
     return changes
 
 
-def view(device: Mapping[str, Any], recover_after: float | None = None) -> dict[str, Any]:
+class HealthView(TypedDict):
+    """A device's health as the API shows it (``view``)."""
+
+    state: str  # ok | warning | unhealthy
+    reason: str | None
+    since: dt.datetime | None
+    offered: bool
+    held_by: str | None  # None | agent | operator
+    offered_at: dt.datetime | None
+
+
+class DeviceHealth(HealthView):
+    """``set_health``'s answer: the view, and which device it is and what holds it."""
+
+    uuid: str
+    hostname: str
+    holders: list[Holder]
+
+
+def view(device: Mapping[str, Any], recover_after: float | None = None) -> HealthView:
     """A device's health as the API shows it (``device``: its row's mapping): ``state``,
     ``reason``, ``since``, ``offered`` (False while held back), ``held_by`` (None, agent
     or operator) and ``offered_at``: for a device its agent's report held back and
@@ -130,7 +151,7 @@ def set_health(
     hold: bool = False,
     reason: str | None = None,
     recover_after: float | None = None,
-) -> dict[str, Any]:
+) -> DeviceHealth:
     """An operator's act on a device's health: ``clear`` offers it again now (whatever
     held it back; its reported state stays what it is, and only a new change to unhealthy
     holds it back again); ``hold`` holds it back (``operator``) until a clear, with

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
@@ -18,7 +18,7 @@ from exosuit import exceptions
 from exosuit.db import drain, models
 from exosuit.db.pagination import Page, paginate
 
-__all__ = ["SORT_COLUMNS", "get", "list_hosts"]
+__all__ = ["SORT_COLUMNS", "HostRow", "get", "list_hosts"]
 
 hosts = models.hosts
 dev = models.devices
@@ -64,7 +64,41 @@ _SELECT = sa.select(
 ).select_from(hosts.outerjoin(ph, ph.c.hostname == hosts.c.hostname))
 
 
-def _host(row: Row[Any], now: dt.datetime) -> dict[str, Any]:
+class HostRow(TypedDict):
+    """A host as the API shows it: a row of ``hosts`` (models.Host says what each column
+    holds; ``driver_errors`` decoded), its counts, what the conductor knows of it in
+    Placement (``placement_id`` None: never synced) and its maintenance state."""
+
+    id: int
+    hostname: str
+    snapshot_hash: str | None
+    last_report_at: dt.datetime | None
+    agent_version: str | None
+    driver_errors: list[dict[str, Any]]
+    desired_generation: int
+    observed_generation: int | None
+    observed_at: dt.datetime | None
+    usage: str | None
+    usage_at: dt.datetime | None
+    drained_at: dt.datetime | None
+    created_at: dt.datetime
+    updated_at: dt.datetime | None
+    devices: int
+    deployables: int
+    attach_handles: int
+    attach_handles_in_use: int
+    placement_id: int | None
+    placement_compute_rp_uuid: str | None
+    placement_synced_at: dt.datetime | None
+    placement_verified_at: dt.datetime | None
+    placement_failures: int | None
+    placement_last_error: str | None
+    report_age_seconds: float | None
+    maintenance: str | None
+    holders: NotRequired[list[drain.HostHolder]]  # get(..., holders=True)
+
+
+def _host(row: Row[Any], now: dt.datetime) -> HostRow:
     """The row as a plain dict: ``driver_errors`` decoded, ``report_age_seconds`` added
     and ``placement_*`` columns (``placement_id`` None: the conductor never synced it)."""
     host = dict(row._mapping)
@@ -74,10 +108,10 @@ def _host(row: Row[Any], now: dt.datetime) -> dict[str, Any]:
     # Drained (2.9): draining while an attach handle of its devices is held.
     held = host["attach_handles_in_use"] or 0
     host["maintenance"] = drain.host_maintenance(host.get("drained_at"), range(held))
-    return host
+    return cast(HostRow, host)  # _SELECT's columns and what was added: HostRow's keys
 
 
-def list_hosts(conn: Connection, *, page: Page | None) -> list[dict[str, Any]]:
+def list_hosts(conn: Connection, *, page: Page | None) -> list[HostRow]:
     """A page of hosts (``page.marker``: the hostname of the last one seen), one more
     than ``page.limit`` when more remain."""
     stmt = paginate(conn, _SELECT, hosts, page, SORT_COLUMNS, marker_column=hosts.c.hostname)
@@ -85,7 +119,7 @@ def list_hosts(conn: Connection, *, page: Page | None) -> list[dict[str, Any]]:
     return [_host(row, now) for row in conn.execute(stmt)]
 
 
-def get(conn: Connection, hostname: str, *, holders: bool = False) -> dict[str, Any]:
+def get(conn: Connection, hostname: str, *, holders: bool = False) -> HostRow:
     """The host; ``holders``: with what holds its devices' attach handles
     (exosuit/db/drain.py, ``host_holders``)."""
     row = conn.execute(_SELECT.where(hosts.c.hostname == hostname)).first()

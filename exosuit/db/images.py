@@ -15,8 +15,9 @@ exosuit/glance/catalogue.py).
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import uuid as uuidlib
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -31,6 +32,8 @@ __all__ = [
     "QUEUED",
     "SORT_COLUMNS",
     "VISIBILITIES",
+    "ImageMember",
+    "ImageRow",
     "Viewer",
     "activate",
     "add_member",
@@ -99,8 +102,40 @@ def _same(conn: Connection, column: sa.ColumnElement[Any], value: str) -> sa.Col
     return column == value
 
 
-def _as_dict(row: sa.RowMapping) -> dict[str, Any]:
-    return dict(row)
+class ImageRow(TypedDict):
+    """An image of the catalogue: a row of ``images`` (models.Image says what each
+    column holds)."""
+
+    id: int
+    uuid: str
+    name: str
+    owner: str | None
+    visibility: str
+    vendor: str | None
+    board: str | None
+    function_id: str | None
+    interface_id: str | None
+    format: str
+    status: str
+    size: int | None
+    sha256: str | None
+    signature: str | None
+    signature_key_id: str | None
+    signature_algorithm: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime | None
+
+
+class ImageMember(TypedDict):
+    """A project an image is shared with."""
+
+    image_uuid: str
+    project_id: str
+    created_at: dt.datetime
+
+
+def _as_dict(row: sa.RowMapping) -> ImageRow:
+    return cast(ImageRow, dict(row))  # the table's columns: ImageRow's keys
 
 
 def create(
@@ -118,7 +153,7 @@ def create(
     signature: str | None = None,
     signature_key_id: str | None = None,
     signature_algorithm: str | None = None,
-) -> dict[str, Any]:
+) -> ImageRow:
     """A new ``queued`` image (no data yet) owned by project ``owner``.
 
     ``sha256``, when given, is what the data must hash to; ``signature`` (base64),
@@ -149,7 +184,7 @@ def create(
     return _get(conn, str(values["uuid"]), Viewer(None, is_admin=True))
 
 
-def _get(conn: Connection, uuid: str, viewer: Viewer) -> dict[str, Any]:
+def _get(conn: Connection, uuid: str, viewer: Viewer) -> ImageRow:
     row = (
         conn.execute(sa.select(images).where(images.c.uuid == uuid, _visible(viewer)))
         .mappings()
@@ -160,12 +195,12 @@ def _get(conn: Connection, uuid: str, viewer: Viewer) -> dict[str, Any]:
     return _as_dict(row)
 
 
-def get(conn: Connection, uuid: str, *, viewer: Viewer) -> dict[str, Any]:
+def get(conn: Connection, uuid: str, *, viewer: Viewer) -> ImageRow:
     """The image, if ``viewer`` may see it; ImageNotFound otherwise (absent or not)."""
     return _get(conn, uuid.lower(), viewer)
 
 
-def get_any(conn: Connection, uuid: str) -> dict[str, Any]:
+def get_any(conn: Connection, uuid: str) -> ImageRow:
     """The image whoever owns it (the agent API, which serves any host); ImageNotFound."""
     return _get(conn, uuid.lower(), Viewer(None, is_admin=True))
 
@@ -176,7 +211,7 @@ def list_images(
     viewer: Viewer,
     filters: dict[str, str] | None = None,
     page: Page | None = None,
-) -> list[dict[str, Any]]:
+) -> list[ImageRow]:
     """The images ``viewer`` sees, matching ``filters`` (exact, on FILTERS), one page
     (one more than ``page.limit`` when more remain)."""
     visible = _visible(viewer)
@@ -191,7 +226,7 @@ def list_images(
 
 def find_by_function(
     conn: Connection, function_id: str, *, viewer: Viewer, limit: int = 10
-) -> list[dict[str, Any]]:
+) -> list[ImageRow]:
     """The active images ``viewer`` sees whose function id is ``function_id`` (at most
     ``limit``, oldest first): one is an answer, several are ambiguous."""
     stmt = (
@@ -207,7 +242,7 @@ def find_by_function(
     return [_as_dict(row) for row in conn.execute(stmt).mappings()]
 
 
-def activate(conn: Connection, uuid: str, *, size: int, sha256: str) -> dict[str, Any]:
+def activate(conn: Connection, uuid: str, *, size: int, sha256: str) -> ImageRow:
     """``queued`` → ``active`` with the data's size and SHA-256 (compare-and-set: an
     image gets its data once). ImageHasData if it already has it, ImageNotFound if it
     was deleted meanwhile, Invalid if ``sha256`` is not the one it was created with."""
@@ -243,7 +278,7 @@ def program_using(conn: Connection, uuid: str) -> str | None:
     return None if row is None else str(row.uuid)
 
 
-def delete(conn: Connection, uuid: str, *, viewer: Viewer) -> dict[str, Any]:
+def delete(conn: Connection, uuid: str, *, viewer: Viewer) -> ImageRow:
     """Delete the image (and its members); return its row (the caller removes its data
     after the commit). ImageNotFound, ImageInUse (a program that has not ended loads
     or restores it). Whether the viewer may (its owner's project, an admin) is the
@@ -262,7 +297,7 @@ def delete(conn: Connection, uuid: str, *, viewer: Viewer) -> dict[str, Any]:
 # -- members (visibility "shared") -------------------------------------------------------------
 
 
-def _member(row: sa.RowMapping, image: dict[str, Any]) -> dict[str, Any]:
+def _member(row: sa.RowMapping, image: ImageRow) -> ImageMember:
     return {
         "image_uuid": image["uuid"],
         "project_id": row["project_id"],
@@ -270,7 +305,7 @@ def _member(row: sa.RowMapping, image: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def list_members(conn: Connection, uuid: str, *, viewer: Viewer) -> list[dict[str, Any]]:
+def list_members(conn: Connection, uuid: str, *, viewer: Viewer) -> list[ImageMember]:
     """The projects the image is shared with, oldest membership first."""
     image = get(conn, uuid, viewer=viewer)
     stmt = sa.select(members).where(members.c.image_id == image["id"])
@@ -278,7 +313,7 @@ def list_members(conn: Connection, uuid: str, *, viewer: Viewer) -> list[dict[st
     return [_member(row, image) for row in rows]
 
 
-def add_member(conn: Connection, uuid: str, project_id: str, *, viewer: Viewer) -> dict[str, Any]:
+def add_member(conn: Connection, uuid: str, project_id: str, *, viewer: Viewer) -> ImageMember:
     """Share the image with ``project_id`` (idempotent: the existing membership comes
     back). Invalid unless the image is ``shared``."""
     image = get(conn, uuid, viewer=viewer)

@@ -17,7 +17,7 @@ import dataclasses
 import datetime as dt
 import json
 import zlib
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -36,6 +36,7 @@ __all__ = [
     "SUCCEEDED",
     "SORT_COLUMNS",
     "ClaimedJob",
+    "JobRow",
     "PeriodicRow",
     "claim",
     "count_by_state",
@@ -158,15 +159,33 @@ def count_by_state(conn: Connection) -> dict[str, int]:
     return counts
 
 
+class JobRow(TypedDict):
+    """A job as ``exosuit-conductor status`` and the API show it: a row of ``jobs``
+    (models.Job says what each column holds), its payload decoded."""
+
+    id: int
+    kind: str
+    key: str | None
+    payload: dict[str, Any]
+    state: str
+    attempts: int
+    run_after: dt.datetime
+    lease_expires_at: dt.datetime | None
+    worker: str | None
+    last_error: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime | None
+
+
 def list_jobs(
     conn: Connection, states: list[str], *, kind: str | None = None, limit: int = 50
-) -> list[dict[str, Any]]:
+) -> list[JobRow]:
     """Jobs in ``states``, oldest first, as plain dicts (payload decoded)."""
     query = sa.select(jobs).where(jobs.c.state.in_(states))
     if kind is not None:
         query = query.where(jobs.c.kind == kind)
     rows = conn.execute(query.order_by(jobs.c.run_after, jobs.c.id).limit(limit)).mappings()
-    return [{**row, "payload": json.loads(row["payload"] or "{}")} for row in rows]
+    return [_as_dict(row) for row in rows]
 
 
 def retry_failed(conn: Connection, job_id: int) -> bool:
@@ -202,13 +221,14 @@ SORT_COLUMNS: dict[str, sa.ColumnElement[Any]] = {
 }
 
 
-def _as_dict(row: sa.RowMapping) -> dict[str, Any]:
-    return {**row, "payload": json.loads(row["payload"] or "{}")}
+def _as_dict(row: sa.RowMapping) -> JobRow:
+    # The table's columns, the payload decoded: JobRow's keys.
+    return cast(JobRow, {**row, "payload": json.loads(row["payload"] or "{}")})
 
 
 def page_jobs(
     conn: Connection, *, states: list[str] | None, kind: str | None, page: Page | None
-) -> list[dict[str, Any]]:
+) -> list[JobRow]:
     """A page of jobs in ``states`` (None: any) of ``kind`` (None: any), as plain dicts
     (payload decoded); ``page.marker`` is the id of the last one seen. One more than
     ``page.limit`` comes when more remain."""
@@ -221,7 +241,7 @@ def page_jobs(
     return [_as_dict(row) for row in conn.execute(query).mappings()]
 
 
-def get_job(conn: Connection, job_id: int) -> dict[str, Any]:
+def get_job(conn: Connection, job_id: int) -> JobRow:
     """The job as a plain dict (payload decoded); JobNotFound if there is none."""
     row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).mappings().first()
     if row is None:
@@ -229,7 +249,7 @@ def get_job(conn: Connection, job_id: int) -> dict[str, Any]:
     return _as_dict(row)
 
 
-def retry_job(conn: Connection, job_id: int) -> dict[str, Any]:
+def retry_job(conn: Connection, job_id: int) -> JobRow:
     """``retry_failed``, then the job (pending now); JobNotFound if there is none,
     JobNotFailed if it is in another state."""
     if not retry_failed(conn, job_id):

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -45,6 +45,8 @@ __all__ = [
     "FAILED",
     "KINDS",
     "OUTCOMES",
+    "PartitionView",
+    "Slice",
     "get",
     "record_outcome",
     "set_layout",
@@ -132,9 +134,30 @@ def _row(conn: Connection, uuid: str, *, lock: bool) -> sa.Row[*tuple[Any, ...]]
     return row
 
 
-def _slices(conn: Connection, row: sa.Row[*tuple[Any, ...]], *, lock: bool) -> list[dict[str, Any]]:
+class Slice(TypedDict):
+    """A slice of a device as its host last reported it: one of its attach handles."""
+
+    attach_handle_uuid: str
+    attach_type: str
+    type: str  # an mdev type, a MIG profile, vf, or whole
+    in_use: bool
+
+
+class PartitionView(TypedDict):
+    """A device's partition layout as the API shows it (``get``)."""
+
+    device_uuid: str
+    hostname: str
+    layout: dict[str, Any] | None  # None: never set
+    state: str | None  # applying | applied | failed
+    reason: str | None
+    generation: int | None
+    slices: list[Slice]
+
+
+def _slices(conn: Connection, row: sa.Row[*tuple[Any, ...]], *, lock: bool) -> list[Slice]:
     stmt = _Q_HANDLES.with_for_update() if lock else _Q_HANDLES
-    slices = []
+    slices: list[Slice] = []
     for h in conn.execute(stmt, {"p_id": row.id}):
         info = json.loads(h.attach_info) if h.attach_info else {}
         slices.append(
@@ -148,7 +171,7 @@ def _slices(conn: Connection, row: sa.Row[*tuple[Any, ...]], *, lock: bool) -> l
     return slices
 
 
-def _view(row: sa.Row[*tuple[Any, ...]], slices: list[dict[str, Any]]) -> dict[str, Any]:
+def _view(row: sa.Row[*tuple[Any, ...]], slices: list[Slice]) -> PartitionView:
     return {
         "device_uuid": row.uuid,
         "hostname": row.hostname,
@@ -160,7 +183,7 @@ def _view(row: sa.Row[*tuple[Any, ...]], slices: list[dict[str, Any]]) -> dict[s
     }
 
 
-def get(conn: Connection, uuid: str) -> dict[str, Any]:
+def get(conn: Connection, uuid: str) -> PartitionView:
     """``{"device_uuid", "hostname", "layout", "state", "reason", "generation",
     "slices": [{"attach_handle_uuid", "attach_type", "type", "in_use"}]}``: the layout
     set (None: never; the device is left as it is) and how its agent applied it, and the
@@ -169,7 +192,7 @@ def get(conn: Connection, uuid: str) -> dict[str, Any]:
     return _view(row, _slices(conn, row, lock=False))
 
 
-def refusal(layout: Mapping[str, Any], slices: list[dict[str, Any]], old: Any) -> str | None:
+def refusal(layout: Mapping[str, Any], slices: list[Slice], old: Any) -> str | None:
     """Why ``layout`` would remove a slice in use (None: it would not)."""
     held = Counter(s["type"] for s in slices if s["in_use"])
     if not held:
@@ -190,7 +213,7 @@ def refusal(layout: Mapping[str, Any], slices: list[dict[str, Any]], old: Any) -
     return "; ".join(short) or None
 
 
-def set_layout(conn: Connection, uuid: str, layout: Mapping[str, Any]) -> dict[str, Any]:
+def set_layout(conn: Connection, uuid: str, layout: Mapping[str, Any]) -> PartitionView:
     """Set the device's partition layout (validated by the API's schema): ``applying`` at
     the host's next desired-state generation. The same layout again while it is applying
     or applied changes nothing (idempotent); after a failure it is applied again.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 from exosuit.db import models
 from exosuit.db.pagination import Page, paginate
 
-__all__ = ["FILTERS", "SORT_COLUMNS", "list_services", "of_devices"]
+__all__ = ["FILTERS", "SORT_COLUMNS", "DeviceService", "ServiceRow", "list_services", "of_devices"]
 
 svc = models.device_services
 dev = models.devices
@@ -41,15 +41,40 @@ _SELECT = sa.select(
 ).select_from(svc.join(dev, dev.c.id == svc.c.device_id))
 
 
-def _service(row: sa.Row[Any]) -> dict[str, Any]:
+class DeviceService(TypedDict):
+    """A service of a device, as the device's own view shows it."""
+
+    kind: str
+    name: str
+    enabled: bool
+    details: dict[str, str]
+
+
+class ServiceRow(TypedDict):
+    """A service as /v2/services shows it: its row (``details`` read) and its device's."""
+
+    id: int
+    device_id: int
+    kind: str
+    name: str
+    enabled: bool
+    details: dict[str, str]
+    device_uuid: str
+    hostname: str
+    device_type: str
+    driver_name: str | None
+    activation: str
+
+
+def _service(row: sa.Row[Any]) -> ServiceRow:
     service = dict(row._mapping)
     service["details"] = json.loads(service["details"] or "{}")
-    return service
+    return cast(ServiceRow, service)  # _SELECT's columns, details read
 
 
 def list_services(
     conn: Connection, *, filters: Mapping[str, str | bool], page: Page | None
-) -> list[dict[str, Any]]:
+) -> list[ServiceRow]:
     """A page of services with their device's uuid, host, type and driver (``page.marker``:
     the id of the last one seen), one more than ``page.limit`` when more remain."""
     stmt = _SELECT
@@ -62,10 +87,10 @@ def list_services(
     return [_service(r) for r in conn.execute(stmt)]
 
 
-def of_devices(conn: Connection, device_ids: Collection[int]) -> dict[int, list[dict[str, Any]]]:
+def of_devices(conn: Connection, device_ids: Collection[int]) -> dict[int, list[DeviceService]]:
     """The services of each device (kind, name, enabled, details), by device id, in the
     order they were stored."""
-    found: dict[int, list[dict[str, Any]]] = {i: [] for i in device_ids}
+    found: dict[int, list[DeviceService]] = {i: [] for i in device_ids}
     if not device_ids:
         return found
     for row in conn.execute(

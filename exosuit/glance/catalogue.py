@@ -23,11 +23,15 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from exosuit import exceptions, files
 from exosuit.db import images as db
+from exosuit.db.api import Database
 from exosuit.images import verify
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRead
 
 __all__ = [
     "folder_of",
@@ -95,8 +99,12 @@ def signature_of(image: Mapping[str, Any]) -> verify.Signature | None:
 
 
 def receive(
-    conf: Any, database: Any, image: dict[str, Any], stream: BinaryIO, length: int | None
-) -> dict[str, Any]:
+    conf: Any,
+    database: Database,
+    image: db.ImageRow,
+    stream: SupportsRead[bytes],
+    length: int | None,
+) -> db.ImageRow:
     """Store the data of queued ``image`` read from ``stream`` (``length`` bytes when
     declared) and return the image, now active.
 
@@ -132,7 +140,7 @@ def receive(
 
 
 def _copy(
-    stream: BinaryIO,
+    stream: SupportsRead[bytes],
     out: BinaryIO,
     uuid: str,
     length: int | None,
@@ -160,13 +168,10 @@ def _copy(
 
 
 def _activate(
-    conf: Any, database: Any, uuid: str, hasher: verify.Hasher, final: str
-) -> dict[str, Any]:
+    conf: Any, database: Database, uuid: str, hasher: verify.Hasher, final: str
+) -> db.ImageRow:
     try:
-        active: dict[str, Any] = database.write(
-            db.activate, uuid, size=hasher.size, sha256=hasher.sha256
-        )
-        return active
+        return database.write(db.activate, uuid, size=hasher.size, sha256=hasher.sha256)
     except exceptions.ImageNotFound:  # deleted while its data came in
         remove(conf, uuid)
         raise

@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 
 from exosuit import exceptions
 from exosuit.db import images as db
+from exosuit.db.api import Database
 from exosuit.glance import catalogue
 from exosuit.glance.cache import Expected, GlanceCache
 from exosuit.glance.client import GlanceClient, make_adapter, uses_service_user
@@ -79,7 +80,7 @@ def _canonical(image_uuid: str) -> str | None:
 
 def resolve_image(
     conf: Any,
-    database: Any,
+    database: Database,
     image_uuid: str,
     *,
     project_id: str | None,
@@ -112,7 +113,7 @@ def resolve_image(
 
 def find_by_function(
     conf: Any,
-    database: Any,
+    database: Database,
     function_id: str,
     *,
     project_id: str | None,
@@ -146,7 +147,7 @@ def find_by_function(
 
 
 def open_data(
-    conf: Any, database: Any, image_uuid: str, *, token: str | None = None
+    conf: Any, database: Database, image_uuid: str, *, token: str | None = None
 ) -> tuple[BinaryIO, int, str]:
     """(stream at 0, size, sha256) of active image ``image_uuid``, whoever owns it (for
     agents). A Glance image comes from the API's cache, fetched first when it is not
@@ -175,20 +176,22 @@ def open_data(
 # -- the catalogue -----------------------------------------------------------------------------
 
 
-def _catalogue_ref(conf: Any, row: dict[str, Any]) -> ImageRef:
+def _catalogue_ref(conf: Any, row: db.ImageRow) -> ImageRef:
     """The row as an ImageRef; ImageNotActive without data. Its data was verified when
     it was uploaded; a signature requirement (or a key withdrawn) since then is
     applied again here."""
     if row["status"] != db.ACTIVE:
         raise exceptions.ImageNotActive(uuid=row["uuid"], status=row["status"])
     catalogue.still_acceptable(conf, row["uuid"], catalogue.signature_of(row))
+    size, sha256 = row["size"], row["sha256"]
+    assert size is not None and sha256 is not None  # active: activate set both
     return ImageRef(
         uuid=row["uuid"],
         source=EXOSUIT,
         name=row["name"],
         format=row["format"],
-        size=int(row["size"]),
-        sha256=row["sha256"],
+        size=int(size),
+        sha256=sha256,
         function_id=row["function_id"],
         interface_id=row["interface_id"],
         vendor=row["vendor"],

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, BinaryIO, TypeAlias
 # cryptography (about 6 MB resident) is imported where a signature or a key is read:
 # an agent that only hashes images never loads it.
 if TYPE_CHECKING:
+    from _typeshed import SupportsRead
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
     PublicKey: TypeAlias = rsa.RSAPublicKey | ec.EllipticCurvePublicKey
@@ -127,7 +128,7 @@ def _hash_name(name: str) -> str:
 
 
 def read_chunks(
-    stream: BinaryIO, *, chunk_size: int = CHUNK_SIZE, limit: int | None = None
+    stream: SupportsRead[bytes], *, chunk_size: int = CHUNK_SIZE, limit: int | None = None
 ) -> Iterator[bytes]:
     """The chunks of ``stream`` until its end (or ``limit`` bytes)."""
     remaining = limit

@@ -106,7 +106,7 @@ class _DraService:
         return [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
 
     def _timeout(self, context: Any) -> float:
-        remaining = context.time_remaining()
+        remaining: float | None = context.time_remaining()
         if remaining is None:
             remaining = KUBELET_TIMEOUT
         return max(1.0, remaining - MARGIN)

@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Any
 
+import requests
+from keystoneauth1 import adapter as ksa_adapter
 from keystoneauth1 import exceptions as ksa_exc
 from keystoneauth1 import loading as ks_loading
 from keystoneauth1 import service_token
+from oslo_config import cfg
 
 from exosuit import exceptions
+from exosuit.schemas import JSONObject
 
 __all__ = ["MICROVERSION", "EventsAnswer", "NovaClient", "make_adapter"]
 
@@ -37,11 +42,11 @@ class EventsAnswer:
     404/422 for the whole request (no server took any event)."""
 
     status: int
-    events: list[dict]
+    events: list[JSONObject]
     detail: str = ""
 
     @property
-    def refused(self) -> list[dict]:
+    def refused(self) -> list[JSONObject]:
         """The events Nova did not accept (each with its ``code``)."""
         if self.status not in (200, 207):
             return self.events
@@ -51,10 +56,10 @@ class EventsAnswer:
 class NovaClient:
     """Nova's compute API through a keystoneauth Adapter (thread-safe, as its session)."""
 
-    def __init__(self, adapter) -> None:
+    def __init__(self, adapter: ksa_adapter.Adapter) -> None:
         self.adapter = adapter
 
-    def external_events(self, events: list[dict]) -> EventsAnswer:
+    def external_events(self, events: list[JSONObject]) -> EventsAnswer:
         """POST the events in one request.
 
         Returns Nova's answer for 200, 207, and for a whole-request 404 or 422
@@ -69,7 +74,7 @@ class NovaClient:
             )
         except ksa_exc.ClientException as error:  # unreachable, timeout, no endpoint, auth
             raise exceptions.NovaUnavailable(method=method, url=url, detail=str(error)) from error
-        status = response.status_code
+        status: int = response.status_code
         if status in (200, 207):
             return EventsAnswer(status, _events_of(response, events))
         detail = _detail(response)
@@ -80,10 +85,10 @@ class NovaClient:
         raise exceptions.NovaError(method=method, url=url, status=status, detail=detail)
 
 
-def _events_of(response, sent: list[dict]) -> list[dict]:
+def _events_of(response: requests.Response, sent: list[JSONObject]) -> list[JSONObject]:
     """Nova's per-event answers; the events as sent (code 200) if the body has none."""
     try:
-        events = response.json().get("events")
+        events: Any = response.json().get("events")
     except (ValueError, AttributeError):
         events = None
     if not isinstance(events, list):
@@ -91,7 +96,7 @@ def _events_of(response, sent: list[dict]) -> list[dict]:
     return events
 
 
-def _detail(response) -> str:
+def _detail(response: requests.Response) -> str:
     """Nova's fault message (``{"itemNotFound": {"message": …}}``), or the raw text."""
     try:
         body = response.json()
@@ -104,7 +109,7 @@ def _detail(response) -> str:
     return " ".join((response.text or "").split())[:500]
 
 
-def make_adapter(conf):
+def make_adapter(conf: cfg.ConfigOpts) -> ksa_adapter.Adapter | None:
     """A keystoneauth Adapter for Nova from ``[nova]``, or None when no auth plugin is
     configured there (standalone: nobody to notify).
 

@@ -23,12 +23,15 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
+from oslo_config import cfg
+
+from exosuit.db import Connection, models
 from exosuit.db import arqs as arqs_db
 from exosuit.db import jobs as jobs_db
-from exosuit.db import models
 from exosuit.db import nova as nova_db
 from exosuit.jobs import JobContext, JobKind, RetryLater, Service
 from exosuit.nova import client
+from exosuit.schemas import JSONObject
 
 __all__ = ["EVENT_NAME", "JOB_KINDS", "SERVICES", "events_of", "notify", "nova_client"]
 
@@ -41,13 +44,13 @@ TIMEOUT_REASON = (
 )
 
 
-def nova_client(conf) -> client.NovaClient | None:
+def nova_client(conf: cfg.ConfigOpts) -> client.NovaClient | None:
     """The Nova client of ``[nova]``; None when no auth plugin is configured there."""
     adapter = client.make_adapter(conf)
     return None if adapter is None else client.NovaClient(adapter)
 
 
-def notify(ctx: JobContext, payload: dict) -> None:
+def notify(ctx: JobContext, payload: JSONObject) -> None:
     """Send the round's events to Nova (after its deadline if some ARQs still wait)."""
     instance = payload["instance_uuid"]
     waiting = [a["uuid"] for a in payload["arqs"] if a["status"] is None]
@@ -74,7 +77,9 @@ def notify(ctx: JobContext, payload: dict) -> None:
     _log(instance, answer)
 
 
-def _time_out(conn, job_id: int | None, payload: dict, waiting: list[str]) -> dict:
+def _time_out(
+    conn: Connection, job_id: int | None, payload: JSONObject, waiting: list[str]
+) -> JSONObject:
     """Fail the binds still waiting at the deadline and record every status in this
     job, so that a retry (Nova unreachable) tells Nova the same thing."""
     states = arqs_db.time_out_binds(conn, payload["instance_uuid"], waiting, reason=TIMEOUT_REASON)
@@ -87,7 +92,7 @@ def _time_out(conn, job_id: int | None, payload: dict, waiting: list[str]) -> di
     return payload
 
 
-def events_of(instance_uuid: str, statuses: list[tuple[str, str]]) -> list[dict]:
+def events_of(instance_uuid: str, statuses: list[tuple[str, str]]) -> list[JSONObject]:
     """The body's ``events``: one ``accelerator-request-bound`` event per ARQ."""
     return [
         {"name": EVENT_NAME, "server_uuid": instance_uuid, "tag": arq_uuid, "status": status}

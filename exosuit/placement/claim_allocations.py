@@ -25,6 +25,8 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+from keystoneauth1 import adapter as ksa_adapter
+
 from exosuit import exceptions
 from exosuit.db import claims as claims_db
 from exosuit.jobs import JobContext, JobKind
@@ -53,7 +55,7 @@ class Allocator:
     """The claims' allocations in one Placement (one per API process, shared by its
     threads: a keystoneauth adapter is)."""
 
-    def __init__(self, adapter: Any) -> None:
+    def __init__(self, adapter: ksa_adapter.Adapter) -> None:
         self.adapter = adapter
         self.names = placement_client.NameCache()
 

@@ -18,13 +18,18 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
+import requests
+from keystoneauth1 import adapter as ksa_adapter
 from keystoneauth1 import exceptions as ksa_exc
 from keystoneauth1 import loading as ks_loading
+from oslo_config import cfg
 
 from exosuit import exceptions
+from exosuit.schemas import JSONObject
 
 __all__ = [
     "MICROVERSION",
@@ -55,7 +60,7 @@ class NameCache:
         self._names: set[str] = set()
         self._lock = threading.Lock()
 
-    def missing(self, names) -> list[str]:
+    def missing(self, names: Iterable[str]) -> list[str]:
         with self._lock:
             return sorted(n for n in set(names) if n not in self._names)
 
@@ -63,7 +68,7 @@ class NameCache:
         with self._lock:
             self._names.add(name)
 
-    def forget(self, names) -> None:
+    def forget(self, names: Iterable[str]) -> None:
         with self._lock:
             self._names.difference_update(names)
 
@@ -71,7 +76,7 @@ class NameCache:
 class PlacementClient:
     """Placement's REST API: providers, inventories, traits, resource classes."""
 
-    def __init__(self, adapter, *, names: NameCache | None = None) -> None:
+    def __init__(self, adapter: ksa_adapter.Adapter, *, names: NameCache | None = None) -> None:
         self.adapter = adapter
         self.names = names if names is not None else NameCache()
         self.calls: collections.Counter[str] = collections.Counter()
@@ -89,7 +94,7 @@ class PlacementClient:
         *,
         expected: tuple[int, ...] = (200,),
         microversion: str = MICROVERSION,
-    ):
+    ) -> Any:
         """Send one request; return the decoded JSON body (None when empty).
 
         Raises PlacementUnavailable (unreachable, timeout, 5xx, 401/403),
@@ -111,7 +116,7 @@ class PlacementClient:
             raise exceptions.PlacementUnavailable(
                 method=method, url=url, status=None, detail=f"{type(error).__name__}: {error}"
             ) from error
-        status = response.status_code
+        status: int = response.status_code
         if status in expected:
             if status == 204 or not response.content:
                 return None
@@ -132,65 +137,74 @@ class PlacementClient:
         raise kind(method=method, url=url, status=status, detail=detail, placement_code=code)
 
     # -- resource providers ----------------------------------------------------------
-    def get_provider(self, uuid: str) -> dict | None:
+    def get_provider(self, uuid: str) -> JSONObject | None:
         try:
-            return self.request("GET", f"/resource_providers/{uuid}")
+            provider: JSONObject = self.request("GET", f"/resource_providers/{uuid}")
         except exceptions.PlacementNotFound:
             return None
+        return provider
 
-    def find_provider(self, name: str) -> dict | None:
+    def find_provider(self, name: str) -> JSONObject | None:
         found = self.request("GET", "/resource_providers" + _query({"name": name}))
-        providers = found["resource_providers"]
+        providers: list[JSONObject] = found["resource_providers"]
         return providers[0] if providers else None
 
-    def list_tree(self, root_uuid: str, *, required: str | None = None) -> list[dict]:
+    def list_tree(self, root_uuid: str, *, required: str | None = None) -> list[JSONObject]:
         """The providers of ``root_uuid``'s tree (with ``required`` trait); [] when
         there is no such provider."""
         query = {"in_tree": root_uuid}
         if required:
             query["required"] = required
-        return self.request("GET", "/resource_providers" + _query(query))["resource_providers"]
+        found = self.request("GET", "/resource_providers" + _query(query))
+        providers: list[JSONObject] = found["resource_providers"]
+        return providers
 
-    def create_provider(self, uuid: str, name: str, parent_uuid: str | None) -> dict:
+    def create_provider(self, uuid: str, name: str, parent_uuid: str | None) -> JSONObject:
         body = {"uuid": uuid, "name": name}
         if parent_uuid:
             body["parent_provider_uuid"] = parent_uuid
-        return self.request("POST", "/resource_providers", body)
+        provider: JSONObject = self.request("POST", "/resource_providers", body)
+        return provider
 
-    def update_provider(self, uuid: str, name: str, parent_uuid: str | None) -> dict:
-        return self.request(
+    def update_provider(self, uuid: str, name: str, parent_uuid: str | None) -> JSONObject:
+        provider: JSONObject = self.request(
             "PUT",
             f"/resource_providers/{uuid}",
             {"name": name, "parent_provider_uuid": parent_uuid},
         )
+        return provider
 
     def delete_provider(self, uuid: str) -> None:
         self.request("DELETE", f"/resource_providers/{uuid}", expected=(204,))
 
     # -- inventories and traits ------------------------------------------------------
-    def get_inventories(self, uuid: str) -> tuple[int, dict]:
+    def get_inventories(self, uuid: str) -> tuple[int, dict[str, JSONObject]]:
         found = self.request("GET", f"/resource_providers/{uuid}/inventories")
         return found["resource_provider_generation"], found["inventories"]
 
-    def set_inventories(self, uuid: str, generation: int, inventories: dict) -> int:
+    def set_inventories(
+        self, uuid: str, generation: int, inventories: dict[str, JSONObject]
+    ) -> int:
         found = self.request(
             "PUT",
             f"/resource_providers/{uuid}/inventories",
             {"resource_provider_generation": generation, "inventories": inventories},
         )
-        return found["resource_provider_generation"]
+        generation_now: int = found["resource_provider_generation"]
+        return generation_now
 
     def get_traits(self, uuid: str) -> tuple[int, list[str]]:
         found = self.request("GET", f"/resource_providers/{uuid}/traits")
         return found["resource_provider_generation"], found["traits"]
 
-    def set_traits(self, uuid: str, generation: int, traits) -> int:
+    def set_traits(self, uuid: str, generation: int, traits: Iterable[str]) -> int:
         found = self.request(
             "PUT",
             f"/resource_providers/{uuid}/traits",
             {"resource_provider_generation": generation, "traits": sorted(traits)},
         )
-        return found["resource_provider_generation"]
+        generation_now: int = found["resource_provider_generation"]
+        return generation_now
 
     # -- custom names ----------------------------------------------------------------
     def ensure_resource_class(self, name: str) -> None:
@@ -199,7 +213,7 @@ class PlacementClient:
             self.request("PUT", f"/resource_classes/{name}", expected=(201, 204))
             self.names.add(name)
 
-    def ensure_traits(self, names) -> None:
+    def ensure_traits(self, names: Iterable[str]) -> None:
         """Create the custom traits among ``names`` that Placement is not known to have."""
         for name in self.names.missing(n for n in names if n.startswith("CUSTOM_")):
             self.request("PUT", f"/traits/{name}", expected=(201, 204))
@@ -210,7 +224,7 @@ def _query(query: dict[str, str]) -> str:
     return "?" + urlencode(query)
 
 
-def _error_detail(response) -> tuple[str, str | None]:
+def _error_detail(response: requests.Response) -> tuple[str, str | None]:
     """Placement's API-WG error body: (detail, code); the raw text otherwise."""
     try:
         errors = response.json().get("errors") or []
@@ -223,7 +237,7 @@ def _error_detail(response) -> tuple[str, str | None]:
     return (response.text or "").strip()[:500], None
 
 
-def make_adapter(conf):
+def make_adapter(conf: cfg.ConfigOpts) -> ksa_adapter.Adapter | None:
     """A keystoneauth Adapter for Placement from ``[placement]``, or None when no
     auth plugin is configured there (then nothing is synced to Placement)."""
     group = "placement"
@@ -234,7 +248,7 @@ def make_adapter(conf):
     return ks_loading.load_adapter_from_conf_options(conf, group, session=session, auth=auth)
 
 
-def use_placement_url(conf, url: str) -> None:
+def use_placement_url(conf: cfg.ConfigOpts, url: str) -> None:
     """Point ``conf`` at the Placement at ``url`` (``exosuit serve --placement-url``).
 
     Without an auth plugin in ``[placement]``, keystoneauth's ``admin_token`` plugin
@@ -255,11 +269,11 @@ def use_placement_url(conf, url: str) -> None:
         conf.set_override("manage_compute_providers", True, group="placement")
 
 
-def _from_default(conf, option: str) -> bool:
-    from oslo_config import cfg
-
+def _from_default(conf: cfg.ConfigOpts, option: str) -> bool:
     try:
-        location = conf.get_location(option, "placement").location
+        found = conf.get_location(option, "placement")
     except (AttributeError, cfg.NoSuchOptError):
         return True
-    return location == cfg.Locations.opt_default
+    if found is None:  # oslo.config knows no location for it: never set
+        return True
+    return bool(found.location == cfg.Locations.opt_default)

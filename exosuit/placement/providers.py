@@ -13,6 +13,7 @@ a bind checks profile groups against).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from exosuit.db.offers import OWNER_TRAIT, attribute, offered, resource_class, trait_name
 from exosuit.db.placement import DeployableRow
@@ -48,7 +49,7 @@ class Provider:
     # Other resource classes found on the provider in Placement (never wanted).
     other_classes: frozenset[str] = frozenset()
 
-    def inventories(self) -> dict:
+    def inventories(self) -> dict[str, dict[str, Any]]:
         """The body of PUT /resource_providers/{uuid}/inventories (its ``inventories``)."""
         if not self.resource_class or self.total < 1:
             return {}
@@ -63,7 +64,7 @@ class Provider:
             }
         }
 
-    def inventory_key(self) -> tuple:
+    def inventory_key(self) -> tuple[object, ...]:
         inventories = self.inventories()
         return tuple(
             sorted((rc, inv["total"], inv["reserved"]) for rc, inv in inventories.items())

@@ -28,15 +28,23 @@ import collections
 import dataclasses
 import logging
 import uuid as uuidlib
+from collections.abc import Callable
+
+from keystoneauth1 import adapter as ksa_adapter
+from oslo_config import cfg
 
 from exosuit import exceptions
 from exosuit.backoff import backoff_delay
+from exosuit.db import Connection
 from exosuit.db import placement as placement_db
+from exosuit.db.api import Database
+from exosuit.db.metrics import LabelPairs
 from exosuit.db.placement import ProviderRecord
 from exosuit.jobs import JobContext, JobKind, RetryLater, Service
 from exosuit.placement import client as placement_client
 from exosuit.placement import metrics, providers
 from exosuit.placement.providers import OWNER_TRAIT, Change, Provider
+from exosuit.schemas import JSONObject
 
 __all__ = [
     "JOB_KINDS",
@@ -63,7 +71,7 @@ class PlacementService:
     """``ctx.services["placement"]``: the keystoneauth adapter, shared by the workers
     of a process, and the custom names Placement is known to have."""
 
-    def __init__(self, adapter) -> None:
+    def __init__(self, adapter: ksa_adapter.Adapter) -> None:
         self.adapter = adapter
         self.names = placement_client.NameCache()
 
@@ -72,7 +80,7 @@ class PlacementService:
         return placement_client.PlacementClient(self.adapter, names=self.names)
 
 
-def make_service(conf) -> PlacementService | None:
+def make_service(conf: cfg.ConfigOpts) -> PlacementService | None:
     """The Placement service from ``[placement]``; None when none is configured."""
     adapter = placement_client.make_adapter(conf)
     if adapter is None:
@@ -141,8 +149,8 @@ class HostSync:
 
     def __init__(
         self,
-        conf,
-        db,
+        conf: cfg.ConfigOpts,
+        db: Database,
         client: placement_client.PlacementClient,
         hostname: str,
         *,
@@ -227,7 +235,7 @@ class HostSync:
             self._apply(change)
 
     def _record(self, result: str, error: str | None) -> None:
-        counts: dict = collections.Counter()
+        counts: collections.Counter[tuple[str, LabelPairs]] = collections.Counter()
         for method, n in self.client.calls.items():
             counts[metrics.REQUESTS.key(job=self.job, method=method)] += n
         counts[metrics.SYNCS.key(job=self.job, result=result)] += 1
@@ -323,7 +331,7 @@ class HostSync:
             self._compare(uuid, recorded.get(uuid), observed.get(uuid), uuid in want)
         return observed
 
-    def _read(self, rp: dict, mine: Recorded | None) -> Recorded:
+    def _read(self, rp: JSONObject, mine: Recorded | None) -> Recorded:
         uuid = rp["uuid"]
         _, inventories = self.client.get_inventories(uuid)
         generation, traits = self.client.get_traits(uuid)
@@ -487,7 +495,7 @@ class HostSync:
         self.writes[change.kind] += 1
         self._repaired(uuid, change.kind)
 
-    def _write(self, uuid: str, put, want: Provider | None) -> int:
+    def _write(self, uuid: str, put: Callable[[int], int], want: Provider | None) -> int:
         """``put(generation)``, again with a fresh generation after a concurrent update
         (an allocation changes it too), and after re-creating custom names Placement
         lost."""
@@ -602,20 +610,25 @@ class HostSync:
 
 
 def sync_host(
-    conf, db, service: PlacementService, hostname: str, *, verify: bool = False
+    conf: cfg.ConfigOpts,
+    db: Database,
+    service: PlacementService,
+    hostname: str,
+    *,
+    verify: bool = False,
 ) -> SyncResult:
     """Sync one host now (what the placement_sync job does)."""
     return HostSync(conf, db, service.client(), hostname, verify=verify).run()
 
 
-def _sync_job(ctx: JobContext, payload: dict) -> None:
+def _sync_job(ctx: JobContext, payload: JSONObject) -> None:
     service = ctx.services.get("placement")
     if service is None:
         return
     sync_host(ctx.conf, ctx.db, service, payload["host"], verify=bool(payload.get("verify")))
 
 
-def reconcile(ctx: JobContext, payload: dict) -> None:
+def reconcile(ctx: JobContext, payload: JSONObject) -> None:
     """Drift repair: a verifying sync of every host (each its own job)."""
     if ctx.services.get("placement") is None:
         return
@@ -625,7 +638,7 @@ def reconcile(ctx: JobContext, payload: dict) -> None:
     LOG.info("Placement drift repair: verifying %d host(s)", len(names))
 
 
-def _enqueue_verify(conn, hostnames: list[str]) -> None:
+def _enqueue_verify(conn: Connection, hostnames: list[str]) -> None:
     for hostname in hostnames:
         placement_db.enqueue_sync(conn, hostname, verify=True)
 

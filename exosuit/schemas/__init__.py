@@ -7,15 +7,22 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 __all__ = [
+    "JSONObject",
     "canonical_json",
     "device_identity",
     "inventory_schema",
     "snapshot_errors",
     "snapshot_hash",
 ]
+
+# A JSON object as it travels on the wire (a request or response body, a snapshot, what a
+# client reads back). Its shape is the JSON Schema's or the API reference's, checked where
+# it is received, not by mypy: so its values stay Any. Rows read from the database that
+# cross into the API are typed (TypedDicts beside their queries in exosuit/db/) instead.
+JSONObject: TypeAlias = dict[str, Any]
 
 _DIR = os.path.dirname(__file__)
 

@@ -13,6 +13,7 @@ from exosuit import schemas
 from exosuit.api import wsgi
 from exosuit.api.describe import BOOL, INT, SNAPSHOT, STR, Handler, Operation, Schema, obj, ref
 from exosuit.api.policies import agent as policies
+from exosuit.context import RequestContext
 from exosuit.db import changes, models
 from exosuit.db import desired_state as desired_db
 from exosuit.db import inventory as db
@@ -30,7 +31,7 @@ CHANGES = Counter(
 )
 
 
-def put_inventory(req: wsgi.Request):
+def put_inventory(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"hostname", "hash", "changed", "desired_state"}`` (``desired_state`` as
     ``GET …/desired_state`` answers it).
 
@@ -62,7 +63,8 @@ def put_inventory(req: wsgi.Request):
         held = not wrote and _holds(req.environ, known)
     else:
         changed, held, wrote = _apply(req, hostname, body, new=known is None), False, True
-    if kept is not None:  # only the report time moved (and the observed generation)
+    # kept: only the report time moved (and the observed generation); known, then, too
+    if kept is not None and known is not None:
         req.app.host_reports.replace(hostname, known, kept)
     elif wrote:  # or may have: read the host again next time
         req.app.host_reports.forget(hostname)
@@ -82,11 +84,11 @@ class _Caller:
 
     __slots__ = ("context",)
 
-    def __init__(self, context) -> None:
+    def __init__(self, context: RequestContext) -> None:
         self.context = context
 
 
-def unchanged_answer(app, environ: dict[str, Any]) -> bytes | None:
+def unchanged_answer(app: wsgi.App, environ: dict[str, Any]) -> bytes | None:
     """The body of ``put_inventory``'s answer to an unchanged report that writes nothing
     and whose agent holds the current desired state, when this process's cache answers
     it; None for any other request (``put_inventory`` answers it: anything unusual,
@@ -138,7 +140,7 @@ def _reported_host(environ: dict[str, Any]) -> str | None:
     return hostname if hostname.isprintable() and hostname.isascii() else None
 
 
-def _quick_body(app, environ: dict[str, Any], hostname: str) -> dict[str, Any] | None:
+def _quick_body(app: wsgi.App, environ: dict[str, Any], hostname: str) -> dict[str, Any] | None:
     """The report's body if it is an unchanged report's as ``_report`` would accept it
     (read within ``[api] max_agent_body_size``, JSON, strings clean, its hash, schema
     version 1, its host); None otherwise. What was read is put back in ``wsgi.input``."""
@@ -166,7 +168,7 @@ def _quick_body(app, environ: dict[str, Any], hostname: str) -> dict[str, Any] |
     return body
 
 
-def get_desired_state(req: wsgi.Request):
+def get_desired_state(req: wsgi.Request) -> wsgi.Response:
     """200 the host's desired state ``{"generation", "programs": [...]}`` with ``ETag:
     "<generation>"``; 304 when ``If-None-Match`` names the current generation (the
     agent polls it every ``[agent] desired_state_interval``). A host never seen has
@@ -215,7 +217,8 @@ def _report(req: wsgi.Request, hostname: str) -> dict[str, Any]:
             f"{hostname!r}: a host has one name everywhere.",
             "exosuit.inventory.hostname",
         )
-    return body
+    report: dict[str, Any] = body  # an object: it has a hash, or the schema passed it
+    return report
 
 
 def _verify(body: dict[str, Any]) -> None:

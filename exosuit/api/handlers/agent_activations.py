@@ -12,7 +12,7 @@ from exosuit.db import activations as db
 from exosuit.db import desired_state as desired_db
 
 
-def put_activation(req: wsgi.Request):
+def put_activation(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"activation": <the device's activation now>}``.
 
     ``{"action": "install" | "uninstall", "generation", "state": "done" | "failed",

@@ -10,7 +10,7 @@ from exosuit.api.schemas import agent_arqs as schema
 from exosuit.db import arqs as db
 
 
-def put_host_work(req: wsgi.Request):
+def put_host_work(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"uuid", "hostname", "state"}``.
 
     ``{"result": "done"}``: the work is done, the ARQ is Bound. ``{"result":

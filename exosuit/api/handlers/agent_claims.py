@@ -11,7 +11,7 @@ from exosuit.api.schemas import claims as schema
 from exosuit.db import claims as db
 
 
-def put_claim(req: wsgi.Request):
+def put_claim(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"claim": <uuid>, "cdi": {"state", "reason"}}``.
 
     ``{"cdi": "written" | "failed", "reason"?, "devices"?: [CDI ids]}``: the agent wrote

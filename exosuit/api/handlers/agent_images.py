@@ -9,7 +9,7 @@ from exosuit.api.policies import agent as policies
 from exosuit.glance import sources
 
 
-def get_image_data(req: wsgi.Request):
+def get_image_data(req: wsgi.Request) -> wsgi.Response:
     """200 the image's data, streamed, with ``ETag: "<sha256>"`` and ``Accept-Ranges:
     bytes``; ``Range: bytes=N-`` resumes (206 with ``Content-Range``; 416 past the end).
 

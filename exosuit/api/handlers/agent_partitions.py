@@ -11,7 +11,7 @@ from exosuit.api.schemas import partitions as schema
 from exosuit.db import partitions as db
 
 
-def put_partition(req: wsgi.Request):
+def put_partition(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"state": <the device's partition state now>}``.
 
     ``{"generation", "state": "applied" | "failed", "reason"?}``. Idempotent: the same

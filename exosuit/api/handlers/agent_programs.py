@@ -11,7 +11,7 @@ from exosuit.db import arqs as db
 from exosuit.db import programs as programs_db
 
 
-def put_program(req: wsgi.Request):
+def put_program(req: wsgi.Request) -> wsgi.Response:
     """200 PROGRAM.
 
     ``{"state": "fetching" | "programming" | "verifying" | "done" | "failed",

@@ -28,13 +28,14 @@ from exosuit.api.policies import arqs as policies
 from exosuit.api.schemas import arqs as schema
 from exosuit.api.schemas import limits
 from exosuit.db import arqs as db
+from exosuit.schemas import JSONObject
 
 SORT_KEYS = set(db.SORT_COLUMNS)
 _BIND_FIELDS = ("hostname", "device_rp_uuid", "instance_uuid")
 
 
-def _serialize(req: wsgi.Request, arq: dict) -> dict:
-    body = {
+def _serialize(req: wsgi.Request, arq: db.ArqRow) -> JSONObject:
+    body: JSONObject = {
         "uuid": arq["uuid"],
         "state": arq["state"],
         "device_profile_name": arq["device_profile_name"],
@@ -79,7 +80,7 @@ def _uuid_param(req: wsgi.Request, name: str) -> str | None:
     return value.lower() if value is not None else None  # stored in lower case
 
 
-def create_arqs(req: wsgi.Request):
+def create_arqs(req: wsgi.Request) -> wsgi.Response:
     """201 ``{"arqs": [...]}``: one ARQ per unit of every group of the profile."""
     req.app.authorize(req, policies.CREATE)
     data = wsgi.extract_json(req, schema.POST_ARQS_V2_0)
@@ -96,7 +97,7 @@ def create_arqs(req: wsgi.Request):
     return wsgi.json_response(201, {"arqs": [_serialize(req, a) for a in arqs]})
 
 
-def list_arqs(req: wsgi.Request):
+def list_arqs(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"arqs": [...]}``; 423 with ``instance`` + ``bind_state=resolved`` while
     any ARQ of the instance is unresolved."""
     req.app.authorize(req, policies.GET_ALL)
@@ -107,7 +108,7 @@ def list_arqs(req: wsgi.Request):
         raise wsgi.ApiError(
             400, f"bind_state must be 'resolved', not {bind_state!r}.", "exosuit.arq.bind_state"
         )
-    filters: dict = {"instance": instance}
+    filters: JSONObject = {"instance": instance}
     if bind_state and instance is None:
         filters["states"] = db.RESOLVED
     if req.version.matches((2, 4)):
@@ -125,13 +126,13 @@ def list_arqs(req: wsgi.Request):
     rows = req.app.db.read(
         db.list_arqs, scope, page=page, require_resolved=bool(bind_state), **filters
     )
-    body: dict = {}
+    body: JSONObject = {}
     rows = pagination.next_link(req, page, rows, body)
     body["arqs"] = [_serialize(req, a) for a in rows]
     return wsgi.json_response(200, body)
 
 
-def get_arq(req: wsgi.Request):
+def get_arq(req: wsgi.Request) -> wsgi.Response:
     """200 with the ARQ; 404 if it does not exist or belongs to another project."""
     req.app.authorize(req, policies.GET_ONE)
     arq = req.app.db.read(db.get, req.arg("uuid"), _scope(req))
@@ -166,7 +167,7 @@ def parse_patch(body: object, *, project_id_allowed: bool) -> Patch:
     /project_id op unless ``project_id_allowed`` (microversion 2.1 and later).
     """
     wsgi.validate(body, schema.PATCH_ARQS_V2_0)
-    arqs = {uuid.lower(): ops for uuid, ops in cast(dict, body).items()}  # an object
+    arqs = {uuid.lower(): ops for uuid, ops in cast(JSONObject, body).items()}  # an object
     ops = [op for arq_ops in arqs.values() for op in arq_ops]
     if not project_id_allowed and any(_field(op) == "project_id" for op in ops):
         raise wsgi.ApiError(
@@ -184,11 +185,12 @@ def parse_patch(body: object, *, project_id_allowed: bool) -> Patch:
     return Patch(binds=[_binding(uuid, arq_ops) for uuid, arq_ops in arqs.items()])
 
 
-def _field(op: dict) -> str:
-    return op["path"].lstrip("/")  # the leading slash is optional, as in Cyborg
+def _field(op: JSONObject) -> str:
+    path: str = op["path"]
+    return path.lstrip("/")  # the leading slash is optional, as in Cyborg
 
 
-def _binding(uuid: str, ops: list[dict]) -> db.Binding:
+def _binding(uuid: str, ops: list[JSONObject]) -> db.Binding:
     fields = {_field(op): op["value"] for op in ops}
     missing = [f for f in _BIND_FIELDS if f not in fields]
     if missing:
@@ -214,7 +216,7 @@ def _parse(req: wsgi.Request, body: object) -> Patch:
     return patch
 
 
-def patch_arqs(req: wsgi.Request):
+def patch_arqs(req: wsgi.Request) -> wsgi.Response:
     """202: bind (``add``) or unbind (``remove``) ARQs; 409 naming each bind that failed.
 
     A bind that needs work on its host is still BindStarted at the 202; Nova learns
@@ -226,7 +228,7 @@ def patch_arqs(req: wsgi.Request):
     return _apply_patch(req, _parse(req, wsgi.extract_json(req)))
 
 
-def patch_arq(req: wsgi.Request):
+def patch_arq(req: wsgi.Request) -> wsgi.Response:
     """202: bind or unbind one ARQ, the way openstacksdk and python-cyborgclient send it:
     ``PATCH /v2/accelerator_requests/{uuid}`` with the body ``{"<uuid>": [ops…]}`` (or
     just ``[ops…]``). 400 if the body names another ARQ than the path."""
@@ -243,7 +245,7 @@ def patch_arq(req: wsgi.Request):
     return _apply_patch(req, patch)
 
 
-def _apply_patch(req: wsgi.Request, patch: Patch):
+def _apply_patch(req: wsgi.Request, patch: Patch) -> wsgi.Response:
     scope = _scope(req)
     if patch.binds:
         _require_service_token(req, "Binding accelerator requests")
@@ -277,7 +279,7 @@ def _bind(req: wsgi.Request, binds: list[db.Binding], scope: db.Scope) -> list[d
         return req.app.db.write(db.bind, binds, scope, programs=needs, **options)
 
 
-def _delete_uuids(req: wsgi.Request, uuids: list[str]):
+def _delete_uuids(req: wsgi.Request, uuids: list[str]) -> wsgi.Response:
     bad = [u for u in uuids if not wsgi.is_uuid_like(u)]
     if bad or not uuids:
         raise wsgi.ApiError(
@@ -294,7 +296,7 @@ def _delete_uuids(req: wsgi.Request, uuids: list[str]):
     return wsgi.json_response(204)
 
 
-def delete_arqs(req: wsgi.Request):
+def delete_arqs(req: wsgi.Request) -> wsgi.Response:
     """204. Exactly one of ``?arqs=u1,u2`` (404 if any is missing, after deleting the
     others) or ``?instance=<uuid>`` (idempotent, needs a service token)."""
     req.app.authorize(req, policies.DELETE)
@@ -307,12 +309,13 @@ def delete_arqs(req: wsgi.Request):
     if uuids is not None:
         return _delete_uuids(req, [u.lower() for u in uuids])
     instance = _uuid_param(req, "instance")
+    assert instance is not None  # uuids is None, so instance was given
     _require_service_token(req, "Deleting accelerator requests by instance")
     req.app.db.write(db.delete_by_instance, instance, _scope(req))
     return wsgi.json_response(204)
 
 
-def delete_arq(req: wsgi.Request):
+def delete_arq(req: wsgi.Request) -> wsgi.Response:
     """204: delete one ARQ (as ``?arqs=<uuid>``)."""
     req.app.authorize(req, policies.DELETE)
     return _delete_uuids(req, [req.arg("uuid").lower()])

@@ -23,12 +23,13 @@ from exosuit.api.describe import (
 )
 from exosuit.api.policies import attach_handles as policies
 from exosuit.db import attach_handles as db
+from exosuit.schemas import JSONObject
 
 SORT_KEYS = set(db.SORT_COLUMNS)
 _BOOLEANS = {"true": True, "false": False}
 
 
-def _serialize_holder(req: wsgi.Request, handle: dict) -> dict | None:
+def _serialize_holder(req: wsgi.Request, handle: db.AttachHandleRow) -> JSONObject | None:
     if handle["arq_uuid"] is None:
         return None
     holder = {
@@ -42,7 +43,7 @@ def _serialize_holder(req: wsgi.Request, handle: dict) -> dict | None:
     return holder
 
 
-def _serialize(req: wsgi.Request, handle: dict) -> dict:
+def _serialize(req: wsgi.Request, handle: db.AttachHandleRow) -> JSONObject:
     return {
         "uuid": handle["uuid"],
         "hostname": handle["hostname"],
@@ -80,20 +81,20 @@ def _filters(req: wsgi.Request) -> db.Filters:
     )
 
 
-def list_attach_handles(req: wsgi.Request):
+def list_attach_handles(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"attach_handles": [...]}``, newest first by default; ``next`` while more
     remain."""
     req.app.authorize(req, policies.GET_ALL)
     filters = _filters(req)
     page = pagination.page_from_request(req, SORT_KEYS)
     rows = req.app.db.read(db.list_attach_handles, filters=filters, page=page)
-    body: dict = {}
+    body: JSONObject = {}
     rows = pagination.next_link(req, page, rows, body)
     body["attach_handles"] = [_serialize(req, h) for h in rows]
     return wsgi.json_response(200, body)
 
 
-def get_attach_handle(req: wsgi.Request):
+def get_attach_handle(req: wsgi.Request) -> wsgi.Response:
     """200 with the handle; 404 ``exosuit.attach_handle.not_found``."""
     req.app.authorize(req, policies.GET_ONE)
     uuid = req.arg("uuid")

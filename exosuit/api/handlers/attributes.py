@@ -20,11 +20,12 @@ from exosuit.api.describe import (
 from exosuit.api.policies import attributes as policies
 from exosuit.api.schemas import attributes as schema
 from exosuit.db import attributes as db
+from exosuit.schemas import JSONObject
 
 SORT_KEYS = set(db.SORT_COLUMNS)
 
 
-def _serialize(req: wsgi.Request, attribute: dict) -> dict:
+def _serialize(req: wsgi.Request, attribute: db.AttributeRow) -> JSONObject:
     return {
         "uuid": attribute["uuid"],
         "deployable_id": attribute["deployable_id"],
@@ -36,28 +37,29 @@ def _serialize(req: wsgi.Request, attribute: dict) -> dict:
     }
 
 
-def list_attributes(req: wsgi.Request):
+def list_attributes(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"attributes": [...]}``; filters ``deployable_id`` and ``key``."""
     req.app.authorize(req, policies.GET_ALL)
-    deployable_id = req.GET.get("deployable_id")
-    if deployable_id is not None:
-        deployable_id = schema.deployable_id(deployable_id, "exosuit.query.deployable_id")
+    asked = req.GET.get("deployable_id")
+    deployable_id = None
+    if asked is not None:
+        deployable_id = schema.deployable_id(asked, "exosuit.query.deployable_id")
     page = pagination.page_from_request(req, SORT_KEYS)
     rows = req.app.db.read(
         db.list_attributes, deployable_id=deployable_id, key=req.GET.get("key"), page=page
     )
-    body: dict = {}
+    body: JSONObject = {}
     rows = pagination.next_link(req, page, rows, body)
     body["attributes"] = [_serialize(req, a) for a in rows]
     return wsgi.json_response(200, body)
 
 
-def get_attribute(req: wsgi.Request):
+def get_attribute(req: wsgi.Request) -> wsgi.Response:
     req.app.authorize(req, policies.GET_ONE)
     return wsgi.json_response(200, _serialize(req, req.app.db.read(db.get, req.arg("uuid"))))
 
 
-def create_attribute(req: wsgi.Request):
+def create_attribute(req: wsgi.Request) -> wsgi.Response:
     """201 with the attribute. Kept across agent reports (unlike Cyborg)."""
     req.app.authorize(req, policies.CREATE)
     data = wsgi.extract_json(req)
@@ -74,7 +76,7 @@ def create_attribute(req: wsgi.Request):
     return wsgi.json_response(201, _serialize(req, attribute))
 
 
-def delete_attribute(req: wsgi.Request):
+def delete_attribute(req: wsgi.Request) -> wsgi.Response:
     req.app.authorize(req, policies.DELETE)
     req.app.db.write(db.delete, req.arg("uuid"))
     return wsgi.json_response(204)

@@ -25,6 +25,7 @@ from exosuit.api.describe import (
 )
 from exosuit.api.policies import audit as policies
 from exosuit.db import audit as db
+from exosuit.schemas import JSONObject
 
 # Ids are positive integers within a 64-bit column.
 _ID = re.compile(r"[0-9]{1,18}")
@@ -78,14 +79,14 @@ def _filters(req: wsgi.Request) -> dict[str, str]:
     return filters
 
 
-def _serialize(req: wsgi.Request, event: dict) -> dict:
+def _serialize(req: wsgi.Request, event: db.AuditEventRow) -> JSONObject:
     return {
         **notifications.payload_of(event),
         "links": [req.link("audit_events", str(event["id"]))],
     }
 
 
-def list_audit_events(req: wsgi.Request):
+def list_audit_events(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"audit_events": [...]}``, newest (highest id) first by default; exact
     filters ``object_type``, ``object_uuid``, ``host``, ``actor``, ``user_id``,
     ``project_id``, ``action``, ``request_id``; ``since`` (inclusive) and ``until``
@@ -95,13 +96,13 @@ def list_audit_events(req: wsgi.Request):
     times = _times(req)
     page = pagination.page_from_request(req, PAGING)
     rows = req.app.db.read(db.page_events, filters=filters, page=page, **times)
-    body: dict = {}
+    body: JSONObject = {}
     rows = pagination.next_link(req, page, rows, body, PAGING)
     body["audit_events"] = [_serialize(req, e) for e in rows]
     return wsgi.json_response(200, body)
 
 
-def get_audit_event(req: wsgi.Request):
+def get_audit_event(req: wsgi.Request) -> wsgi.Response:
     """200 with the record; 404 ``exosuit.audit_event.not_found`` (also for an id that
     is no integer, and for a record purged past retention)."""
     req.app.authorize(req, policies.GET_ONE)

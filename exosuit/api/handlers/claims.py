@@ -113,7 +113,7 @@ def parse_request(req: wsgi.Request, body: Any) -> db.ClaimRequest:
     )
 
 
-def create_claim(req: wsgi.Request):
+def create_claim(req: wsgi.Request) -> wsgi.Response:
     """201 with the claim, bound; 202 while a program its profile asks runs (state
     ``pending``, then ``bound`` or ``failed``). The live claim of the same ``consumer``
     is answered again (idempotent). 409 ``exosuit.claim.unsatisfiable`` (nothing held);
@@ -127,7 +127,7 @@ def create_claim(req: wsgi.Request):
     return wsgi.json_response(status, _serialize(req, claim), headers=headers)
 
 
-def list_claims(req: wsgi.Request):
+def list_claims(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"claims": [...]}``: the caller's project's (an admin's: every project's, or
     ``project``'s), filtered by ``hostname``, ``state`` (comma-separated), ``consumer``."""
     req.app.authorize(req, policies.GET_ALL)
@@ -154,14 +154,14 @@ def list_claims(req: wsgi.Request):
     return wsgi.json_response(200, body)
 
 
-def get_claim(req: wsgi.Request):
+def get_claim(req: wsgi.Request) -> wsgi.Response:
     """200 with the claim; 404 if it does not exist or belongs to another project."""
     req.app.authorize(req, policies.GET)
     claim = req.app.db.read(db.get, _uuid(req), _scope(req))
     return wsgi.json_response(200, _serialize(req, claim))
 
 
-def delete_claim(req: wsgi.Request):
+def delete_claim(req: wsgi.Request) -> wsgi.Response:
     """204: the claim released, every device freed at once (its Placement allocation is
     deleted by the conductor). Idempotent: a released claim answers 204 again."""
     req.app.authorize(req, policies.DELETE)
@@ -169,7 +169,7 @@ def delete_claim(req: wsgi.Request):
     return wsgi.json_response(204)
 
 
-def renew_claim(req: wsgi.Request):
+def renew_claim(req: wsgi.Request) -> wsgi.Response:
     """200 with the claim, now expiring ``expires_in`` seconds from now; 409
     ``exosuit.claim.released`` for a released claim."""
     req.app.authorize(req, policies.RENEW)

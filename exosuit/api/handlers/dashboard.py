@@ -57,7 +57,7 @@ def _templates() -> jinja2.Environment:
     )
 
 
-def _response(body: bytes, content_type: str, headers=()) -> webob.Response:
+def _response(body: bytes, content_type: str, headers: wsgi.Headers = ()) -> webob.Response:
     return webob.Response(
         body=body,
         status=200,
@@ -70,7 +70,7 @@ def _response(body: bytes, content_type: str, headers=()) -> webob.Response:
     )
 
 
-def page(req: wsgi.Request):
+def page(req: wsgi.Request) -> wsgi.Response:
     """200: the dashboard's page (public: it holds no data)."""
     # Every URL of the page is relative to the API's root, so the dashboard works
     # behind a proxy that mounts the API under a prefix; ``/dashboard/`` is one
@@ -80,7 +80,7 @@ def page(req: wsgi.Request):
     return _response(html.encode(), "text/html; charset=utf-8", _SECURITY_HEADERS)
 
 
-def static(req: wsgi.Request):
+def static(req: wsgi.Request) -> wsgi.Response:
     """200: one of the dashboard's static files; 404 for anything else."""
     name = req.arg("name")
     files = resources.files(_PACKAGE).joinpath("static")
@@ -94,7 +94,7 @@ def static(req: wsgi.Request):
     return _response(files.joinpath(name).read_bytes(), content_type, _SECURITY_HEADERS[1:])
 
 
-def sign_in(req: wsgi.Request):
+def sign_in(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"token", "expires_at", "user", "project", "roles"}``: a Keystone token for
     the user name, password and project of the body (public). 400 for a bad body, 409
     under noauth, 401 when Keystone refuses, 502 when Keystone cannot be asked."""

@@ -28,6 +28,7 @@ from exosuit.db import changes
 from exosuit.db import deployables as db
 from exosuit.db import programs as programs_db
 from exosuit.metrics import Counter
+from exosuit.schemas import JSONObject
 
 SORT_KEYS = set(db.SORT_COLUMNS)
 # Counted by exosuit/db/changes.py: the version of the list the response cache keeps.
@@ -40,7 +41,7 @@ CHANGES = Counter(
 )
 
 
-def _serialize(req: wsgi.Request, deployable: dict) -> dict:
+def _serialize(req: wsgi.Request, deployable: db.DeployableRow) -> JSONObject:
     return {
         "uuid": deployable["uuid"],
         "parent_id": deployable["parent_id"],
@@ -62,20 +63,20 @@ def _serialize(req: wsgi.Request, deployable: dict) -> dict:
     }
 
 
-def list_deployables(req: wsgi.Request):
+def list_deployables(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"deployables": [...]}``."""
     req.app.authorize(req, policies.GET_ALL)
     page = pagination.page_from_request(req, SORT_KEYS)
     if page is None:
         return _every_deployable(req)
     rows = req.app.db.read(db.list_deployables, page=page)
-    body: dict = {}
+    body: JSONObject = {}
     rows = pagination.next_link(req, page, rows, body)
     body["deployables"] = [_serialize(req, d) for d in rows]
     return wsgi.json_response(200, body)
 
 
-def _every_deployable(req: wsgi.Request):
+def _every_deployable(req: wsgi.Request) -> wsgi.Response:
     """The unpaged list (below 2.4, what Nova and Cyborg's clients ask for): the body
     kept in the app's response cache while the list's version is unchanged, one small
     query instead of the list (exosuit/api/response_cache.py)."""
@@ -90,7 +91,7 @@ def _every_deployable(req: wsgi.Request):
     return wsgi.encoded_json_response(200, body)
 
 
-def get_deployable(req: wsgi.Request):
+def get_deployable(req: wsgi.Request) -> wsgi.Response:
     req.app.authorize(req, policies.GET_ONE)
     uuid = req.arg("uuid")
     if not wsgi.is_uuid_like(uuid):
@@ -98,7 +99,7 @@ def get_deployable(req: wsgi.Request):
     return wsgi.json_response(200, _serialize(req, req.app.db.read(db.get, uuid)))
 
 
-def program_deployable(req: wsgi.Request):
+def program_deployable(req: wsgi.Request) -> wsgi.Response:
     """Program a deployable with an image (Cyborg's body; doc/programming.md).
 
     2.6 and later: 202 ``{"program": PROGRAM}`` at once. Below 2.6 (Cyborg's clients)
@@ -129,7 +130,7 @@ def program_deployable(req: wsgi.Request):
     return wsgi.json_response(status, _serialize(req, req.app.db.read(db.get, uuid)))
 
 
-def program_deployable_again(req: wsgi.Request):
+def program_deployable_again(req: wsgi.Request) -> wsgi.Response:
     """``PATCH /v2/deployables/{uuid}/program/{uuid}``: where openstacksdk's
     ``patch_deployable`` (and so ``openstack accelerator deployable program``) sends
     Cyborg's request (its base path ``/deployables/%(id)s/program`` plus the id). The
@@ -142,7 +143,7 @@ def program_deployable_again(req: wsgi.Request):
     return program_deployable(req)
 
 
-def get_program(req: wsgi.Request):
+def get_program(req: wsgi.Request) -> wsgi.Response:
     """200 the deployable's latest PROGRAM (2.6); 404 when it was never programmed
     through Exosuit."""
     req.app.authorize(req, policies.GET_PROGRAM)

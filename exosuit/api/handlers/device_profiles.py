@@ -24,11 +24,12 @@ from exosuit.api.describe import (
 from exosuit.api.policies import device_profiles as policies
 from exosuit.api.schemas import device_profiles as schema
 from exosuit.db import device_profiles as db
+from exosuit.schemas import JSONObject
 
 SORT_KEYS = set(db.SORT_COLUMNS)
 
 
-def _serialize(req: wsgi.Request, profile: dict) -> dict:
+def _serialize(req: wsgi.Request, profile: db.DeviceProfileRow) -> JSONObject:
     return {
         "uuid": profile["uuid"],
         "name": profile["name"],
@@ -40,18 +41,18 @@ def _serialize(req: wsgi.Request, profile: dict) -> dict:
     }
 
 
-def list_profiles(req: wsgi.Request):
+def list_profiles(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"device_profiles": [...]}``; ``?name=a,b`` filters by names."""
     req.app.authorize(req, policies.GET_ALL)
     page = pagination.page_from_request(req, SORT_KEYS)
     rows = req.app.db.read(db.list_profiles, names=wsgi.query_list(req, "name"), page=page)
-    body: dict = {}
+    body: JSONObject = {}
     rows = pagination.next_link(req, page, rows, body)
     body["device_profiles"] = [_serialize(req, row) for row in rows]
     return wsgi.json_response(200, body)
 
 
-def get_profile(req: wsgi.Request):
+def get_profile(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"device_profile": {...}}`` (wrapped, as Cyborg); by name from 2.2 on."""
     req.app.authorize(req, policies.GET_ONE)
     ident = req.arg("ident")
@@ -68,7 +69,7 @@ def get_profile(req: wsgi.Request):
     return wsgi.json_response(200, {"device_profile": _serialize(req, profile)})
 
 
-def create_profile(req: wsgi.Request):
+def create_profile(req: wsgi.Request) -> wsgi.Response:
     """201 with the new profile (unwrapped). The body is a list of one profile."""
     req.app.authorize(req, policies.CREATE)
     (data,) = wsgi.extract_json(req, schema.POST_DEVICE_PROFILE_V2_0)
@@ -83,7 +84,7 @@ def create_profile(req: wsgi.Request):
     return wsgi.json_response(201, _serialize(req, profile))
 
 
-def _delete(req: wsgi.Request, value: str):
+def _delete(req: wsgi.Request, value: str) -> wsgi.Response:
     req.app.authorize(req, policies.DELETE)
     if wsgi.is_uuid_like(value):
         req.app.db.write(db.delete_by_uuid, value.lower())
@@ -97,12 +98,12 @@ def _delete(req: wsgi.Request, value: str):
     return wsgi.json_response(204)
 
 
-def delete_profile(req: wsgi.Request):
+def delete_profile(req: wsgi.Request) -> wsgi.Response:
     """204. ``{ident}`` is a UUID or a comma-separated list of names (all or none)."""
     return _delete(req, req.arg("ident"))
 
 
-def delete_profiles(req: wsgi.Request):
+def delete_profiles(req: wsgi.Request) -> wsgi.Response:
     """204. ``?value=`` is a UUID or a comma-separated list of names (all or none)."""
     return _delete(req, req.GET.get("value", ""))
 

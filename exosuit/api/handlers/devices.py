@@ -30,12 +30,13 @@ from exosuit.db import desired_state as desired_db
 from exosuit.db import devices as db
 from exosuit.db import drain as drain_db
 from exosuit.db import health as health_db
+from exosuit.schemas import JSONObject
 
 SORT_KEYS = set(db.SORT_COLUMNS)
 
 
-def _serialize(req: wsgi.Request, device: dict) -> dict:
-    body = {
+def _serialize(req: wsgi.Request, device: db.DeviceRow) -> JSONObject:
+    body: JSONObject = {
         "uuid": device["uuid"],
         "type": device["type"],
         "vendor": device["vendor"],
@@ -78,7 +79,7 @@ def _recover_after(req: wsgi.Request) -> float:
     return float(req.app.conf.health.recover_after)
 
 
-def _health(req: wsgi.Request, health: dict) -> dict:
+def _health(req: wsgi.Request, health: health_db.HealthView) -> JSONObject:
     return {
         **health,
         "since": wsgi.format_time(health["since"]),
@@ -93,7 +94,7 @@ def _filter_names(req: wsgi.Request) -> tuple[str, ...]:
     return db.FILTERS[:4] if req.version.matches((2, 3)) else db.FILTERS[:3]
 
 
-def list_devices(req: wsgi.Request):
+def list_devices(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"devices": [...]}``; exact-match filters type, vendor, hostname (and
     status from 2.3, activation from 2.7; services and usage shown from 2.7)."""
     req.app.authorize(req, policies.GET_ALL)
@@ -103,13 +104,13 @@ def list_devices(req: wsgi.Request):
     rows = req.app.db.read(
         db.list_devices, filters=filters, page=page, details=details, maintenance=maintenance
     )
-    body: dict = {}
+    body: JSONObject = {}
     rows = pagination.next_link(req, page, rows, body)
     body["devices"] = [_serialize(req, d) for d in rows]
     return wsgi.json_response(200, body)
 
 
-def get_device(req: wsgi.Request):
+def get_device(req: wsgi.Request) -> wsgi.Response:
     req.app.authorize(req, policies.GET_ONE)
     device = req.app.db.read(
         db.get,
@@ -120,23 +121,23 @@ def get_device(req: wsgi.Request):
     return wsgi.json_response(200, _serialize(req, device))
 
 
-def _set_status(req: wsgi.Request, rule: str, status: str):
+def _set_status(req: wsgi.Request, rule: str, status: str) -> wsgi.Response:
     req.app.authorize(req, rule)
     req.app.db.write(db.set_status, req.arg("uuid"), status)
     return wsgi.json_response(200)
 
 
-def enable_device(req: wsgi.Request):
+def enable_device(req: wsgi.Request) -> wsgi.Response:
     """200, no body: the device takes binds again."""
     return _set_status(req, policies.ENABLE, "enabled")
 
 
-def disable_device(req: wsgi.Request):
+def disable_device(req: wsgi.Request) -> wsgi.Response:
     """200, no body: the device is in maintenance and takes no new binds."""
     return _set_status(req, policies.DISABLE, "maintaining")
 
 
-def _drain(req: wsgi.Request, drain: bool):
+def _drain(req: wsgi.Request, drain: bool) -> wsgi.Response:
     req.app.authorize(req, policies.DRAIN if drain else policies.UNDRAIN)
     uuid = req.arg("uuid")
     if not wsgi.is_uuid_like(uuid):  # no device has such an id
@@ -144,7 +145,7 @@ def _drain(req: wsgi.Request, drain: bool):
     return wsgi.json_response(200, req.app.db.write(drain_db.drain_device, uuid, drain=drain))
 
 
-def drain_device(req: wsgi.Request):
+def drain_device(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"uuid", "hostname", "status", "maintenance", "holders"}`` (2.9): the device
     takes no new workload (status ``maintaining``, reserved in Placement); what holds it
     keeps it. ``maintenance``: ``draining`` while ``holders`` is not empty, ``drained``
@@ -152,13 +153,13 @@ def drain_device(req: wsgi.Request):
     return _drain(req, True)
 
 
-def undrain_device(req: wsgi.Request):
+def undrain_device(req: wsgi.Request) -> wsgi.Response:
     """200 as drain (2.9): the device is enabled again (and the reason Exosuit gave, if
     it disabled the device itself, cleared). Idempotent."""
     return _drain(req, False)
 
 
-def set_device_health(req: wsgi.Request):
+def set_device_health(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"uuid", "hostname", "state", "reason", "since", "offered", "held_by",
     "offered_at", "holders"}`` (2.9): ``{"clear": true}`` offers a device held back as
     unhealthy again now; ``{"hold": true, "reason": …}`` holds a device back by hand
@@ -180,7 +181,7 @@ def set_device_health(req: wsgi.Request):
     return wsgi.json_response(200, _health(req, found))
 
 
-def selection(body: dict) -> tuple[list[str] | None, dict[str, str]]:
+def selection(body: JSONObject) -> tuple[list[str] | None, dict[str, str]]:
     """(uuids, filters) of a POST /v2/device_activations body: the devices named, or those
     matching hostname, type, driver. 400 for both at once, or neither (a request for
     every device of the fleet names it by its hosts or types)."""
@@ -195,7 +196,7 @@ def selection(body: dict) -> tuple[list[str] | None, dict[str, str]]:
     return uuids, filters
 
 
-def activate_devices(req: wsgi.Request):
+def activate_devices(req: wsgi.Request) -> wsgi.Response:
     """202 ``{"state", "devices": [{"uuid", "hostname", "activation", "outcome",
     "reason"}]}`` (2.7): mark devices ``ready`` (their agent then runs their driver's
     install step) or ``inactive``, by ``uuids`` or by ``hostname``/``type``/``driver``.

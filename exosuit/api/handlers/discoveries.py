@@ -21,12 +21,13 @@ from exosuit.api.describe import (
 from exosuit.api.policies import discoveries as policies
 from exosuit.api.schemas import discoveries as schema
 from exosuit.db import discoveries as db
+from exosuit.schemas import JSONObject
 
 PAGING = pagination.Paging(sort_keys=frozenset(db.SORT_COLUMNS), default_key="requested_at")
 
 
-def _serialize(req: wsgi.Request, discovery: dict) -> dict:
-    body = {
+def _serialize(req: wsgi.Request, discovery: db.DiscoveryRow) -> JSONObject:
+    body: JSONObject = {
         "uuid": discovery["uuid"],
         "requested_at": wsgi.format_time(discovery["requested_at"]),
         "spread": discovery["spread"],
@@ -49,7 +50,7 @@ def _serialize(req: wsgi.Request, discovery: dict) -> dict:
     return body
 
 
-def create_discovery(req: wsgi.Request):
+def create_discovery(req: wsgi.Request) -> wsgi.Response:
     """202 with the discovery: ``hostnames`` (absent: every host) discover at once, each
     after a random delay within ``spread`` seconds (``[api] discovery_rate`` hosts per
     second); each host's ``received_at`` is set when its new inventory arrives. 404 for
@@ -62,7 +63,7 @@ def create_discovery(req: wsgi.Request):
     return wsgi.json_response(202, _serialize(req, discovery), headers=headers)
 
 
-def get_discovery(req: wsgi.Request):
+def get_discovery(req: wsgi.Request) -> wsgi.Response:
     """200 with the discovery and its hosts; 404 ``exosuit.discovery.not_found``."""
     req.app.authorize(req, policies.GET_ONE)
     uuid = req.arg("uuid")
@@ -71,12 +72,12 @@ def get_discovery(req: wsgi.Request):
     return wsgi.json_response(200, _serialize(req, req.app.db.read(db.get, uuid)))
 
 
-def list_discoveries(req: wsgi.Request):
+def list_discoveries(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"discoveries": [...]}``, newest first, with their counts (not their hosts)."""
     req.app.authorize(req, policies.GET_ALL)
     page = pagination.page_from_request(req, PAGING)
     rows = req.app.db.read(db.list_discoveries, page=page)
-    body: dict = {}
+    body: JSONObject = {}
     rows = pagination.next_link(req, page, rows, body, PAGING)
     body["discoveries"] = [_serialize(req, d) for d in rows]
     return wsgi.json_response(200, body)

@@ -27,6 +27,7 @@ from exosuit.api.describe import (
 from exosuit.api.policies import drivers as policies
 from exosuit.api.schemas import drivers as schema
 from exosuit.db import drivers as db
+from exosuit.schemas import JSONObject
 
 # An entry point name of the exosuit.drivers group.
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
@@ -40,7 +41,7 @@ PAGING = pagination.Paging(
 )
 
 
-def _serialize(driver: dict) -> dict:
+def _serialize(driver: db.DriverRow) -> JSONObject:
     return {
         "id": driver["id"],
         "hostname": driver["hostname"],
@@ -56,7 +57,7 @@ def _serialize(driver: dict) -> dict:
     }
 
 
-def list_drivers(req: wsgi.Request):
+def list_drivers(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"drivers": [...]}``: per host and driver, what the agent reported (version,
     enabled, config_digest, found, error), what was asked (``desired``: enabled, config,
     generation, scope host or fleet) and whether the agent applied it (``observed``);
@@ -67,13 +68,13 @@ def list_drivers(req: wsgi.Request):
     filters = {n: v for n in names if (v := pagination.text_param(req, n)) is not None}
     page = pagination.page_from_request(req, PAGING)
     rows = req.app.db.read(db.list_drivers, filters=filters, page=page)
-    body: dict = {}
+    body: JSONObject = {}
     rows = pagination.next_link(req, page, rows, body, PAGING)
     body["drivers"] = [_serialize(d) for d in rows]
     return wsgi.json_response(200, body)
 
 
-def _change(req: wsgi.Request, action: str, rule: str, body_schema: dict):
+def _change(req: wsgi.Request, action: str, rule: str, body_schema: JSONObject) -> wsgi.Response:
     """202 ``{"driver", "action", "all_hosts", "hosts": [{"hostname", "generation"}],
     "deactivated": [device uuids]}``: the wish is each host's desired state from the
     generation given (``GET /v2/drivers?name=`` shows when each applied it)."""
@@ -92,18 +93,18 @@ def _change(req: wsgi.Request, action: str, rule: str, body_schema: dict):
     return wsgi.json_response(202, result)
 
 
-def install_driver(req: wsgi.Request):
+def install_driver(req: wsgi.Request) -> wsgi.Response:
     """202: enable the driver on ``hostnames`` (absent: every host, and those that report
     later), with ``config`` overriding the agents' files. 404 for a host never seen."""
     return _change(req, "install", policies.INSTALL, schema.POST_DRIVER_V2_7)
 
 
-def update_driver(req: wsgi.Request):
+def update_driver(req: wsgi.Request) -> wsgi.Response:
     """202: change the driver's ``config`` on ``hostnames`` (absent: every host)."""
     return _change(req, "update", policies.UPDATE, schema.POST_DRIVER_V2_7)
 
 
-def uninstall_driver(req: wsgi.Request):
+def uninstall_driver(req: wsgi.Request) -> wsgi.Response:
     """202: disable the driver on ``hostnames`` (absent: every host); its free devices
     there become inactive at once. 409 ``exosuit.driver.in_use`` while an attach handle
     of one of them is held (the holders named): nothing changes then."""

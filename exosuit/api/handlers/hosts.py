@@ -25,6 +25,7 @@ from exosuit.api.describe import (
 from exosuit.api.policies import hosts as policies
 from exosuit.db import drain as drain_db
 from exosuit.db import hosts as db
+from exosuit.schemas import JSONObject
 
 # What a hostname can be (no control character: PostgreSQL refuses NUL in a string).
 _HOSTNAME = re.compile(r"[^\x00-\x1f\x7f]{1,255}")
@@ -38,7 +39,7 @@ PAGING = pagination.Paging(
 )
 
 
-def _serialize_placement(host: dict) -> dict | None:
+def _serialize_placement(host: db.HostRow) -> JSONObject | None:
     if host["placement_id"] is None:  # the conductor has not synced the host yet
         return None
     return {
@@ -50,8 +51,8 @@ def _serialize_placement(host: dict) -> dict | None:
     }
 
 
-def _serialize(req: wsgi.Request, host: dict) -> dict:
-    body = {
+def _serialize(req: wsgi.Request, host: db.HostRow) -> JSONObject:
+    body: JSONObject = {
         "hostname": host["hostname"],
         "agent_version": host["agent_version"],
         "last_report_at": wsgi.format_time(host["last_report_at"]),
@@ -80,18 +81,18 @@ def _serialize(req: wsgi.Request, host: dict) -> dict:
     return body
 
 
-def list_hosts(req: wsgi.Request):
+def list_hosts(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"hosts": [...]}``, by hostname by default; ``next`` while more remain."""
     req.app.authorize(req, policies.GET_ALL)
     page = pagination.page_from_request(req, PAGING)
     rows = req.app.db.read(db.list_hosts, page=page)
-    body: dict = {}
+    body: JSONObject = {}
     rows = pagination.next_link(req, page, rows, body, PAGING)
     body["hosts"] = [_serialize(req, h) for h in rows]
     return wsgi.json_response(200, body)
 
 
-def get_host(req: wsgi.Request):
+def get_host(req: wsgi.Request) -> wsgi.Response:
     """200 with the host; 404 ``exosuit.host.not_found``."""
     req.app.authorize(req, policies.GET_ONE)
     hostname = _hostname(req)
@@ -106,11 +107,11 @@ def _hostname(req: wsgi.Request) -> str:
     return hostname
 
 
-def _serialize_drain(answer: dict) -> dict:
+def _serialize_drain(answer: drain_db.DrainedHost) -> JSONObject:
     return {**answer, "drained_at": wsgi.format_time(answer["drained_at"])}
 
 
-def drain_host(req: wsgi.Request):
+def drain_host(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"hostname", "drained_at", "maintenance", "devices": [{"uuid", "status",
     "status_reason", "maintenance", "holders"}]}`` (2.9): none of the host's devices
     takes new workload (each maintaining), nor will those it reports later; what holds
@@ -121,7 +122,7 @@ def drain_host(req: wsgi.Request):
     return wsgi.json_response(200, _serialize_drain(answer))
 
 
-def undrain_host(req: wsgi.Request):
+def undrain_host(req: wsgi.Request) -> wsgi.Response:
     """200 as drain (2.9): the host's devices are enabled again, but those Exosuit
     disabled itself (they keep their ``status_reason``); the host is no longer drained."""
     req.app.authorize(req, policies.UNDRAIN)

@@ -35,13 +35,14 @@ from exosuit.api.schemas import images as schema
 from exosuit.db import images as db
 from exosuit.glance import catalogue
 from exosuit.images import verify
+from exosuit.schemas import JSONObject
 
 SORT_KEYS = set(db.SORT_COLUMNS)
 # What a project id can be (Keystone's are 32 hex digits; any other stays printable).
 _PROJECT_ID = re.compile(r"[^\x00-\x1f\x7f]{1,255}")
 
 
-def _serialize(req: wsgi.Request, image: dict) -> dict:
+def _serialize(req: wsgi.Request, image: db.ImageRow) -> JSONObject:
     return {
         "uuid": image["uuid"],
         "name": image["name"],
@@ -64,7 +65,7 @@ def _serialize(req: wsgi.Request, image: dict) -> dict:
     }
 
 
-def _serialize_member(member: dict) -> dict:
+def _serialize_member(member: db.ImageMember) -> JSONObject:
     return {
         "image_uuid": member["image_uuid"],
         "project_id": member["project_id"],
@@ -76,7 +77,7 @@ def _viewer(req: wsgi.Request) -> db.Viewer:
     return db.Viewer(req.context.project_id, req.context.is_admin_role)
 
 
-def _image(req: wsgi.Request, rule: str) -> dict:
+def _image(req: wsgi.Request, rule: str) -> db.ImageRow:
     """The image of the path, if the caller may ``rule`` it: first for its own project
     (403), then seen (404), then with the image's owner as the target (403)."""
     req.app.authorize(req, rule)
@@ -93,7 +94,7 @@ def _project_id(req: wsgi.Request) -> str:
     return project_id
 
 
-def _signature_fields(req: wsgi.Request, body: dict) -> dict:
+def _signature_fields(req: wsgi.Request, body: JSONObject) -> JSONObject:
     """The signature columns of a new image; ImageSignatureInvalid (400) at once for a
     signature nothing could verify, or none where one is required."""
     given = body.get("signature")
@@ -124,7 +125,7 @@ def _signature_fields(req: wsgi.Request, body: dict) -> dict:
     }
 
 
-def create_image(req: wsgi.Request):
+def create_image(req: wsgi.Request) -> wsgi.Response:
     """201 IMAGE (``status`` queued: no data yet), owned by the caller's project, with
     ``Location``. 400 for a signature that names an untrusted key, or none where one
     is required."""
@@ -137,7 +138,7 @@ def create_image(req: wsgi.Request):
     return wsgi.json_response(201, _serialize(req, image), headers=[("Location", location)])
 
 
-def upload_image(req: wsgi.Request):
+def upload_image(req: wsgi.Request) -> wsgi.Response:
     """204: the body (any content type, streamed) is the image's data; it is active.
 
     400 when the data is empty, cut short, not the ``sha256`` given at creation, or
@@ -149,14 +150,14 @@ def upload_image(req: wsgi.Request):
     return wsgi.json_response(204)
 
 
-def download_image(req: wsgi.Request):
+def download_image(req: wsgi.Request) -> wsgi.Response:
     """200 the data (``Range`` gives 206), ``ETag: "<sha256>"``; 409 without data."""
     req.app.authorize(req, policies.DOWNLOAD)
     image = req.app.db.read(db.get, req.arg("uuid"), viewer=_viewer(req))
     return streaming.file_response(*catalogue.open_data(req.app.conf, image))
 
 
-def list_images(req: wsgi.Request):
+def list_images(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"images": [...]}``: those the caller sees, newest first by default;
     filters ``visibility``, ``name``, ``vendor``, ``function_id``, ``format``,
     ``status``; paging as 2.4 (``next`` while more remain)."""
@@ -171,20 +172,20 @@ def list_images(req: wsgi.Request):
         )
     page = pagination.page_from_request(req, SORT_KEYS)
     rows = req.app.db.read(db.list_images, viewer=_viewer(req), filters=filters, page=page)
-    body: dict = {}
+    body: JSONObject = {}
     rows = pagination.next_link(req, page, rows, body)
     body["images"] = [_serialize(req, image) for image in rows]
     return wsgi.json_response(200, body)
 
 
-def get_image(req: wsgi.Request):
+def get_image(req: wsgi.Request) -> wsgi.Response:
     """200 IMAGE; 404 ``exosuit.image.not_found`` when absent or not visible."""
     req.app.authorize(req, policies.GET_ONE)
     image = req.app.db.read(db.get, req.arg("uuid"), viewer=_viewer(req))
     return wsgi.json_response(200, _serialize(req, image))
 
 
-def delete_image(req: wsgi.Request):
+def delete_image(req: wsgi.Request) -> wsgi.Response:
     """204, the image and its data gone; 409 ``exosuit.image.in_use`` while a program
     that has not ended loads (or would restore) it."""
     image = _image(req, policies.DELETE)
@@ -193,14 +194,14 @@ def delete_image(req: wsgi.Request):
     return wsgi.json_response(204)
 
 
-def list_members(req: wsgi.Request):
+def list_members(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"members": [{"image_uuid", "project_id", "created_at"}…]}``."""
     image = _image(req, policies.MEMBERS)
     members = req.app.db.read(db.list_members, image["uuid"], viewer=_viewer(req))
     return wsgi.json_response(200, {"members": [_serialize_member(m) for m in members]})
 
 
-def add_member(req: wsgi.Request):
+def add_member(req: wsgi.Request) -> wsgi.Response:
     """200 the membership (the same again: idempotent); 400 unless the image is shared."""
     image = _image(req, policies.MEMBERS)
     project_id = _project_id(req)
@@ -208,7 +209,7 @@ def add_member(req: wsgi.Request):
     return wsgi.json_response(200, _serialize_member(member))
 
 
-def remove_member(req: wsgi.Request):
+def remove_member(req: wsgi.Request) -> wsgi.Response:
     """204; 404 when the project is no member."""
     image = _image(req, policies.MEMBERS)
     project_id = _project_id(req)

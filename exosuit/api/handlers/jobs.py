@@ -26,6 +26,7 @@ from exosuit.api.describe import (
 )
 from exosuit.api.policies import jobs as policies
 from exosuit.db import jobs as db
+from exosuit.schemas import JSONObject
 
 # Ids are integers (periodic jobs have negative ones), within a 64-bit column.
 _ID = re.compile(r"-?[0-9]{1,18}")
@@ -39,7 +40,7 @@ PAGING = pagination.Paging(
 )
 
 
-def _serialize(req: wsgi.Request, job: dict) -> dict:
+def _serialize(req: wsgi.Request, job: db.JobRow) -> JSONObject:
     return {
         "id": job["id"],
         "kind": job["kind"],
@@ -78,7 +79,7 @@ def _job_id(req: wsgi.Request) -> int:
     return int(ident)
 
 
-def list_jobs(req: wsgi.Request):
+def list_jobs(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"jobs": [...]}``, newest (highest id) first by default; filters ``state``
     and ``kind``; ``next`` while more remain."""
     req.app.authorize(req, policies.GET_ALL)
@@ -86,20 +87,20 @@ def list_jobs(req: wsgi.Request):
     kind = pagination.text_param(req, "kind")
     page = pagination.page_from_request(req, PAGING)
     rows = req.app.db.read(db.page_jobs, states=states, kind=kind, page=page)
-    body: dict = {}
+    body: JSONObject = {}
     rows = pagination.next_link(req, page, rows, body, PAGING)
     body["jobs"] = [_serialize(req, j) for j in rows]
     return wsgi.json_response(200, body)
 
 
-def get_job(req: wsgi.Request):
+def get_job(req: wsgi.Request) -> wsgi.Response:
     """200 with the job; 404 ``exosuit.job.not_found`` (also for an id that is no integer)."""
     req.app.authorize(req, policies.GET_ONE)
     job = req.app.db.read(db.get_job, _job_id(req))
     return wsgi.json_response(200, _serialize(req, job))
 
 
-def retry_job(req: wsgi.Request):
+def retry_job(req: wsgi.Request) -> wsgi.Response:
     """200 with the job, pending again (due now, attempts reset); 409
     ``exosuit.job.not_failed`` unless it was failed; 404 if there is none."""
     req.app.authorize(req, policies.RETRY)

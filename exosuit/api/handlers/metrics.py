@@ -12,7 +12,7 @@ from exosuit import metrics as db_metrics
 from exosuit.api import wsgi
 from exosuit.api.describe import Handler, Operation, Schema
 from exosuit.api.handlers import agent, deployables
-from exosuit.db import fleet_metrics
+from exosuit.db import Connection, fleet_metrics
 from exosuit.db.fleet_metrics import DEVICE_LABELS, HOLDER_LABELS, STATE_LABELS
 from exosuit.metrics import Families, Family
 from exosuit.placement import metrics as placement_metrics
@@ -24,7 +24,7 @@ HANDLES = "exosuit_device_attach_handles"
 HOLDER = "exosuit_device_holder"
 
 
-def _device_families(conn, stale_after: float) -> Iterator[Family]:
+def _device_families(conn: Connection, stale_after: float) -> Iterator[Family]:
     found = fleet_metrics.read_devices(conn, stale_after=stale_after)
     yield Family(
         INFO,
@@ -62,7 +62,7 @@ def _device_families(conn, stale_after: float) -> Iterator[Family]:
             )
 
 
-def _service_families(conn) -> Iterator[Family]:
+def _service_families(conn: Connection) -> Iterator[Family]:
     queue = fleet_metrics.job_queue(conn)
     yield Family(
         "exosuit_jobs",
@@ -120,7 +120,7 @@ def devices(stale_after: float) -> Families:
     return Families(functools.partial(_device_families, stale_after=stale_after))
 
 
-def metrics(req: wsgi.Request):
+def metrics(req: wsgi.Request) -> wsgi.Response:
     """200, Prometheus text format (OpenMetrics when Accept asks for it; gzip when
     Accept-Encoding allows it), streamed: the counters every process keeps in the
     database, gauges read from it (the devices', the job queue's, Placement's, the

@@ -18,7 +18,7 @@ def _uuid(req: wsgi.Request) -> str:
     return uuid.lower()
 
 
-def get_partitions(req: wsgi.Request):
+def get_partitions(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"device_uuid", "hostname", "layout", "state", "reason", "generation",
     "slices": [{"attach_handle_uuid", "attach_type", "type", "in_use"}]}``: the layout
     set (null: never set) and how the agent applied it (applying, applied, failed with
@@ -27,7 +27,7 @@ def get_partitions(req: wsgi.Request):
     return wsgi.json_response(200, req.app.db.read(db.get, _uuid(req)))
 
 
-def set_partitions(req: wsgi.Request):
+def set_partitions(req: wsgi.Request) -> wsgi.Response:
     """202 as GET: the layout (``{"mdev": {type: count}}``, ``{"mig": {profile: count}}``
     or ``{"vfs": n}``, with ``"on_demand"``) is the device's desired state; its agent
     applies it and reports (state ``applying`` until then). Idempotent. 409

@@ -5,6 +5,7 @@ from __future__ import annotations
 from exosuit.api import microversion, wsgi
 from exosuit.api.describe import LINKS, STR, Handler, Operation, Schema, obj, ref
 from exosuit.db import api as db_api
+from exosuit.schemas import JSONObject
 
 _DESCRIPTION = (
     "Exosuit manages hardware accelerators (GPUs, FPGAs, SmartNICs, QAT, NVMe, any "
@@ -12,7 +13,7 @@ _DESCRIPTION = (
 )
 
 
-def _version(req: wsgi.Request, ident: str) -> dict:
+def _version(req: wsgi.Request, ident: str) -> JSONObject:
     return {
         "id": ident,
         "status": "CURRENT",
@@ -22,7 +23,7 @@ def _version(req: wsgi.Request, ident: str) -> dict:
     }
 
 
-def root(req: wsgi.Request):
+def root(req: wsgi.Request) -> wsgi.Response:
     """200: the API's versions (no authentication)."""
     version = _version(req, "v2")
     return wsgi.json_response(
@@ -36,12 +37,12 @@ def root(req: wsgi.Request):
     )
 
 
-def v2(req: wsgi.Request):
+def v2(req: wsgi.Request) -> wsgi.Response:
     """200: the v2 version document (no authentication)."""
     return wsgi.json_response(200, _version(req, "v2.0"))
 
 
-def healthz(req: wsgi.Request):
+def healthz(req: wsgi.Request) -> wsgi.Response:
     """200 when the database answers, 503 otherwise."""
     req.app.db.read(db_api.ping)
     return wsgi.json_response(200, {"status": "ok"})

@@ -22,6 +22,7 @@ from exosuit.api.describe import (
 )
 from exosuit.api.policies import services as policies
 from exosuit.db import services as db
+from exosuit.schemas import JSONObject
 
 _BOOLEANS = {"true": True, "false": False}
 PAGING = pagination.Paging(
@@ -34,7 +35,7 @@ PAGING = pagination.Paging(
 )
 
 
-def _serialize(service: dict) -> dict:
+def _serialize(service: db.ServiceRow) -> JSONObject:
     return {
         "id": service["id"],
         "device_uuid": service["device_uuid"],
@@ -49,10 +50,10 @@ def _serialize(service: dict) -> dict:
     }
 
 
-def filters(req: wsgi.Request) -> dict:
+def filters(req: wsgi.Request) -> dict[str, str | bool]:
     """The exact-match filters: hostname, type (the device's), kind, name, enabled (true
     or false: 400 otherwise)."""
-    found: dict = {}
+    found: dict[str, str | bool] = {}
     for name in ("hostname", "type", "kind", "name"):
         value = pagination.text_param(req, name)
         if value is not None:
@@ -67,13 +68,13 @@ def filters(req: wsgi.Request) -> dict:
     return found
 
 
-def list_services(req: wsgi.Request):
+def list_services(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"services": [...]}``, by id; filters hostname, type, kind, name, enabled;
     ``next`` while more remain."""
     req.app.authorize(req, policies.GET_ALL)
     page = pagination.page_from_request(req, PAGING)
     rows = req.app.db.read(db.list_services, filters=filters(req), page=page)
-    body: dict = {}
+    body: JSONObject = {}
     rows = pagination.next_link(req, page, rows, body, PAGING)
     body["services"] = [_serialize(s) for s in rows]
     return wsgi.json_response(200, body)

@@ -8,6 +8,7 @@ from exosuit.api import wsgi
 from exosuit.api.describe import COUNTS, INT, Handler, Operation, Schema, obj, query, ref
 from exosuit.api.policies import summary as policies
 from exosuit.db import summary as db
+from exosuit.schemas import JSONObject
 
 # A bound that keeps the cut-off a date (about 31 years); no host is staler than that.
 _MAX_STALE_AFTER = 1e9
@@ -32,7 +33,7 @@ def _stale_after(req: wsgi.Request) -> float:
     return seconds
 
 
-def _serialize(summary: db.Summary) -> dict:
+def _serialize(summary: db.Summary) -> JSONObject:
     handles, in_use = summary.attach_handles, summary.attach_handles_in_use
     return {
         "hosts": {
@@ -55,7 +56,7 @@ def _serialize(summary: db.Summary) -> dict:
     }
 
 
-def get_summary(req: wsgi.Request):
+def get_summary(req: wsgi.Request) -> wsgi.Response:
     """200 with the counts; a host is stale when its last report is older than
     ``stale_after`` seconds."""
     req.app.authorize(req, policies.GET)

@@ -37,7 +37,7 @@ from exosuit.api.policies import (
 __all__ = ["list_rules", "make_enforcer"]
 
 
-def list_rules():
+def list_rules() -> list[policy.RuleDefault]:
     return list(
         itertools.chain(
             base.list_rules(),

@@ -1,5 +1,7 @@
 """Accelerator request rules. Ownership (project) is checked against the ARQ itself."""
 
+from collections.abc import Sequence
+
 from oslo_policy import policy
 
 from exosuit.api.policies import base
@@ -56,5 +58,5 @@ _rules = [
 ]
 
 
-def list_rules():
+def list_rules() -> Sequence[policy.RuleDefault]:
     return _rules

@@ -1,6 +1,8 @@
 """Attach handle rules (microversion 2.5): read like devices, by a project manager or
 an admin."""
 
+from collections.abc import Sequence
+
 from oslo_policy import policy
 
 from exosuit.api.policies import base
@@ -29,5 +31,5 @@ _rules = [
 ]
 
 
-def list_rules():
+def list_rules() -> Sequence[policy.RuleDefault]:
     return _rules

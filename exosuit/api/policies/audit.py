@@ -1,5 +1,7 @@
 """Audit trail rules (microversion 2.9): only an admin reads who changed what."""
 
+from collections.abc import Sequence
+
 from oslo_policy import policy
 
 from exosuit.api.policies import base
@@ -28,5 +30,5 @@ _rules = [
 ]
 
 
-def list_rules():
+def list_rules() -> Sequence[policy.RuleDefault]:
     return _rules

@@ -1,5 +1,7 @@
 """Base rules (check strings shared by the per-resource rules)."""
 
+from collections.abc import Sequence
+
 from oslo_policy import policy
 
 ADMIN = "rule:admin_api"
@@ -47,5 +49,5 @@ _rules = [
 ]
 
 
-def list_rules():
+def list_rules() -> Sequence[policy.RuleDefault]:
     return _rules

@@ -17,8 +17,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
+from typing import Any
 
-from oslo_policy import policy
+from oslo_policy import _checks, policy
+
+from exosuit.context import RequestContext
 
 __all__ = ["DecisionCache"]
 
@@ -39,7 +43,11 @@ _PURE_CHECKS = frozenset(
 )
 
 
-def _freeze(values) -> tuple:
+# A target or credentials as a hashable key: (name, value) pairs, lists made tuples.
+_Frozen = tuple[tuple[str, Any], ...]
+
+
+def _freeze(values: Mapping[str, Any]) -> _Frozen:
     return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in values.items()))
 
 
@@ -55,10 +63,10 @@ class DecisionCache:
         self._lock = threading.Lock()
         self._next_check = 0.0
         self._fingerprint: int | None = None
-        self._allowed: set[tuple] = set()
+        self._allowed: set[tuple[str, _Frozen, _Frozen]] = set()
         self._pure: dict[str, bool] = {}
 
-    def authorize(self, rule: str, target: dict, context) -> None:
+    def authorize(self, rule: str, target: dict[str, Any], context: RequestContext) -> None:
         if time.monotonic() >= self._next_check:
             self._refresh()
         key = (rule, _freeze(target), _freeze(context.to_policy_values()))
@@ -102,12 +110,12 @@ class DecisionCache:
             pure = self._pure[rule] = self._walk(self.enforcer.rules.get(rule), set())
         return pure
 
-    def _walk(self, check, seen: set[str]) -> bool:
+    def _walk(self, check: _checks.BaseCheck | None, seen: set[str]) -> bool:
         if check is None:
             return False  # left to the enforcer (its default rule, if any)
         if type(check).__name__ not in _PURE_CHECKS:
             return False
-        if type(check).__name__ == "RuleCheck":
+        if isinstance(check, policy.RuleCheck):  # its name passed the test above
             if check.match in seen:
                 return True
             seen.add(check.match)

@@ -3,6 +3,8 @@ a claim belongs to its project: a project member makes, releases and renews its 
 a project reader sees them, an admin everything. Ownership is checked against the claim
 itself (another project's claim is not found)."""
 
+from collections.abc import Sequence
+
 from oslo_policy import policy
 
 from exosuit.api.policies import base
@@ -55,5 +57,5 @@ _rules = [
 ]
 
 
-def list_rules():
+def list_rules() -> Sequence[policy.RuleDefault]:
     return _rules

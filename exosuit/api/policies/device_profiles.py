@@ -1,5 +1,7 @@
 """Device profile rules."""
 
+from collections.abc import Sequence
+
 from oslo_policy import policy
 
 from exosuit.api.policies import base
@@ -47,5 +49,5 @@ _rules = [
 ]
 
 
-def list_rules():
+def list_rules() -> Sequence[policy.RuleDefault]:
     return _rules

@@ -1,6 +1,8 @@
 """Discovery rules (microversion 2.7): only an admin asks hosts to discover now; a
 project manager or an admin follows a discovery (as devices are read)."""
 
+from collections.abc import Sequence
+
 from oslo_policy import policy
 
 from exosuit.api.policies import base
@@ -37,5 +39,5 @@ _rules = [
 ]
 
 
-def list_rules():
+def list_rules() -> Sequence[policy.RuleDefault]:
     return _rules

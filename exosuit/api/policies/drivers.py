@@ -1,6 +1,8 @@
 """Driver rules (microversion 2.7): a project manager or an admin reads what each host's
 agent runs (as devices); only an admin installs, updates or uninstalls a driver."""
 
+from collections.abc import Sequence
+
 from oslo_policy import policy
 
 from exosuit.api.policies import base
@@ -45,5 +47,5 @@ _rules = [
 ]
 
 
-def list_rules():
+def list_rules() -> Sequence[policy.RuleDefault]:
     return _rules

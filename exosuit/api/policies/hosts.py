@@ -1,5 +1,7 @@
 """Host rules (microversion 2.5): read like devices, by a project manager or an admin."""
 
+from collections.abc import Sequence
+
 from oslo_policy import policy
 
 from exosuit.api.policies import base
@@ -46,5 +48,5 @@ _rules = [
 ]
 
 
-def list_rules():
+def list_rules() -> Sequence[policy.RuleDefault]:
     return _rules

@@ -3,6 +3,8 @@ project (which images it sees is the catalogue's visibility); changes to an imag
 (upload, delete, members) against the image's owner, so only the owner's members
 (or an admin) make them."""
 
+from collections.abc import Sequence
+
 from oslo_policy import policy
 
 from exosuit.api.policies import base
@@ -76,5 +78,5 @@ _rules = [
 ]
 
 
-def list_rules():
+def list_rules() -> Sequence[policy.RuleDefault]:
     return _rules

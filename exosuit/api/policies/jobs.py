@@ -1,6 +1,8 @@
 """Job rules (microversion 2.5): a project manager or an admin reads the job table;
 only an admin makes a failed job run again."""
 
+from collections.abc import Sequence
+
 from oslo_policy import policy
 
 from exosuit.api.policies import base
@@ -37,5 +39,5 @@ _rules = [
 ]
 
 
-def list_rules():
+def list_rules() -> Sequence[policy.RuleDefault]:
     return _rules

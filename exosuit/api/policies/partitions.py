@@ -1,6 +1,8 @@
 """Partition rules (microversion 2.9): read like devices (a project manager or an admin),
 set by an admin, as the device's other maintenance."""
 
+from collections.abc import Sequence
+
 from oslo_policy import policy
 
 from exosuit.api.policies import base
@@ -29,5 +31,5 @@ _rules = [
 ]
 
 
-def list_rules():
+def list_rules() -> Sequence[policy.RuleDefault]:
     return _rules

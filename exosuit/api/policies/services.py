@@ -1,6 +1,8 @@
 """Service rules (microversion 2.7): read like devices, whose services they are, by a
 project manager or an admin (Cyborg's persona for the fleet's hardware)."""
 
+from collections.abc import Sequence
+
 from oslo_policy import policy
 
 from exosuit.api.policies import base
@@ -18,5 +20,5 @@ _rules = [
 ]
 
 
-def list_rules():
+def list_rules() -> Sequence[policy.RuleDefault]:
     return _rules

@@ -1,5 +1,7 @@
 """Summary rule (microversion 2.5): the fleet's counts, read like devices."""
 
+from collections.abc import Sequence
+
 from oslo_policy import policy
 
 from exosuit.api.policies import base
@@ -17,5 +19,5 @@ _rules = [
 ]
 
 
-def list_rules():
+def list_rules() -> Sequence[policy.RuleDefault]:
     return _rules

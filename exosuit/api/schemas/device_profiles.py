@@ -8,7 +8,7 @@ from typing import Any
 from exosuit.api import wsgi
 from exosuit.api.schemas import UUID
 from exosuit.api.schemas.limits import Limits, exceeded
-from exosuit.schemas import profile_groups
+from exosuit.schemas import JSONObject, profile_groups
 
 NAME_PATTERN = "^[a-zA-Z0-9-_]+$"
 
@@ -50,7 +50,7 @@ def _bad(message: str) -> wsgi.ApiError:
     return wsgi.ApiError(400, message, "exosuit.device_profile.invalid")
 
 
-def normalize_groups(groups: list[dict], conf: Any = None) -> list[dict]:
+def normalize_groups(groups: list[JSONObject], conf: Any = None) -> list[dict[str, str]]:
     """Check every group key and value; strip blanks around names (as Cyborg does):
     ``profile_groups.parse``, 400 ``exosuit.device_profile.invalid`` for what it refuses.
 
@@ -92,7 +92,7 @@ def handles_per_unit(conf: Any) -> dict[str, int]:
     return {k: int(v) for k, v in conf.accelerator_requests.attach_handles_per_unit.items()}
 
 
-def _check_sizes(index: int, group: dict, limits: Limits) -> None:
+def _check_sizes(index: int, group: JSONObject, limits: Limits) -> None:
     if len(group) > limits.group_keys:
         raise exceeded(
             f"groups[{index}] has {len(group)} keys", limits.group_keys, "max_group_keys"
