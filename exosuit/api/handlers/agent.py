@@ -63,8 +63,7 @@ def put_inventory(req: wsgi.Request) -> wsgi.Response:
         held = not wrote and _holds(req.environ, known)
     else:
         changed, held, wrote = _apply(req, hostname, body, new=known is None), False, True
-    # kept: only the report time moved (and the observed generation); known, then, too
-    if kept is not None and known is not None:
+    if kept is not None and known is not None:  # only the report time (and generation) moved
         req.app.host_reports.replace(hostname, known, kept)
     elif wrote:  # or may have: read the host again next time
         req.app.host_reports.forget(hostname)
