@@ -28,6 +28,8 @@ VERSIONS = [
     #         /v2/services, /v2/drivers (+ install/update/uninstall), /v2/discoveries.
     "2.8",  # Exosuit: standalone claims: /v2/claims (+ renew); ARQs show claim_uuid.
     "2.9",  # Exosuit: running a fleet: device health, drain, partitions, audit.
+    "2.10",  # Exosuit: strict queries (an unknown parameter is a 400); topology
+    #          (pcie_root, iommu_group), labels, topology constraints, dry-run claims.
 ]
 
 Version = microversion_parse.Version

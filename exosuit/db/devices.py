@@ -72,6 +72,9 @@ class DeviceRow(TypedDict):
     health_reason: str | None
     health_since: dt.datetime | None
     health_held: str | None
+    pcie_root: str | None
+    iommu_group: int | None
+    labels: str | None
     created_at: dt.datetime
     updated_at: dt.datetime | None
     # details=True (with_details)

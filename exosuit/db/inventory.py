@@ -63,6 +63,8 @@ _DEVICE_FIELDS = (
     "plugin",
     "pci_address",
     "numa_node",
+    "pcie_root",
+    "iommu_group",
     "firmware_version",
 )
 

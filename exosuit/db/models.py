@@ -120,6 +120,13 @@ class Device(TimestampMixin, Base):
     # it has been healthy for [health] recover_after, or an operator clears it) |
     # operator (marked unhealthy by an operator: until one clears it).
     health_held: Mapped[str | None] = mapped_column(sa.String(16))
+    # Where it sits, as its driver reported it beside numa_node: the PCI address of the
+    # PCI Express root port above it, and its IOMMU group (None: the host has none).
+    pcie_root: Mapped[str | None] = mapped_column(sa.String(32))
+    iommu_group: Mapped[int | None] = mapped_column(sa.Integer)
+    # An operator's labels: canonical JSON of {key: value} (None: none), selectable in
+    # device profiles as accel:label:<key>=<value> (doc/devices.md, "Labels").
+    labels: Mapped[str | None] = mapped_column(sa.Text)
 
 
 class DeviceService(Base):

@@ -160,6 +160,10 @@ class Device:
     deployables: tuple[Deployable, ...]
     pci_address: str | None = None
     numa_node: int | None = None
+    # The PCI address of the PCI Express root port above the device, and its IOMMU
+    # group, where the host has them (None where the kernel shows none).
+    pcie_root: str | None = None
+    iommu_group: int | None = None
     firmware_version: str | None = None
     std_board_info: Mapping[str, str] = dataclasses.field(default_factory=dict)
     vendor_board_info: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -179,6 +183,12 @@ class Device:
             "vendor_board_info": dict(self.vendor_board_info),
             "deployables": [d.to_snapshot() for d in self.deployables],
         }
+        # Only where known: a device without them reports what it always did (its
+        # snapshot, and so the host's hash, unchanged).
+        if self.pcie_root is not None:
+            body["pcie_root"] = self.pcie_root
+        if self.iommu_group is not None:
+            body["iommu_group"] = self.iommu_group
         # Only when there are some: a device without services reports what it always did
         # (its snapshot, and so the host's hash, unchanged).
         if self.services:

@@ -6,8 +6,13 @@ A group is a flat JSON object; each key says by its prefix what it asks for:
   (os-resource-classes, or Cyborg's list) or ``CUSTOM_``;
 * ``trait:<TRAIT>``: ``required`` or ``forbidden``, of a standard (os-traits) or
   ``CUSTOM_`` trait;
-* ``accel:<key>``: an option Exosuit reads itself, free-form (``accel:bitstream_id``,
-  ``accel:function_id``: an image a bind loads, doc/programming.md).
+* ``accel:<key>``: an option Exosuit reads itself, one of ``ACCEL_KEYS`` (or a label,
+  ``accel:label:<key>``): ``accel:bitstream_id``, ``accel:function_id`` (an image a bind
+  loads, doc/programming.md); ``accel:numa_node`` (the device's NUMA node);
+  ``accel:same_numa_node``, ``accel:same_pcie_root``, ``accel:distinct_devices``
+  (``true``/``false``: constraints across the profile's groups, doc/devices.md,
+  "Topology"); ``accel:label:<key>`` (a device label an operator set, doc/devices.md,
+  "Labels"). An unknown one is refused: Exosuit would not act on it.
 
 Two doors, one value (``ProfileGroup``):
 
@@ -36,8 +41,14 @@ import os_traits
 
 __all__ = [
     "ACCEL",
+    "ACCEL_KEYS",
     "BITSTREAM_ID",
+    "DISTINCT_DEVICES",
     "FUNCTION_ID",
+    "LABEL",
+    "NUMA_NODE",
+    "SAME_NUMA_NODE",
+    "SAME_PCIE_ROOT",
     "PREFIXES",
     "RESOURCES",
     "TRAIT",
@@ -56,6 +67,17 @@ FORBIDDEN = "forbidden"
 # The accel: keys that make a bind load an image (doc/programming.md).
 BITSTREAM_ID = "accel:bitstream_id"
 FUNCTION_ID = "accel:function_id"
+# Where the device must sit (doc/devices.md, "Topology"): a NUMA node; and, across the
+# profile's groups, one NUMA node, one PCIe root, or as many physical devices as units.
+NUMA_NODE = "accel:numa_node"
+SAME_NUMA_NODE = "accel:same_numa_node"
+SAME_PCIE_ROOT = "accel:same_pcie_root"
+DISTINCT_DEVICES = "accel:distinct_devices"
+# accel:label:<key>=<value>: a device an operator labelled so (doc/devices.md, "Labels").
+LABEL = "accel:label:"
+_FLAGS = (SAME_NUMA_NODE, SAME_PCIE_ROOT, DISTINCT_DEVICES)
+# Every accel: key parse accepts (besides labels), in the order the docs list them.
+ACCEL_KEYS = (BITSTREAM_ID, FUNCTION_ID, NUMA_NODE, *_FLAGS)
 
 # Cyborg's list (constants.SUPPORT_RESOURCES), kept so existing profiles stay valid.
 _CYBORG_RESOURCES = frozenset(
@@ -97,6 +119,22 @@ class ProfileGroup:
         """Whether a bind of this group loads an image (``accel:bitstream_id`` or
         ``accel:function_id``), resolved by the caller before the bind."""
         return self.bitstream_id is not None or self.function_id is not None
+
+    @property
+    def numa_node(self) -> int | None:
+        """The NUMA node the group's devices must be on (``accel:numa_node``), if any."""
+        value = self.accel.get(NUMA_NODE[len(ACCEL) :])
+        return int(value) if value is not None and _AMOUNT.fullmatch(value) else None
+
+    def flag(self, key: str) -> bool:
+        """Whether the group sets the constraint ``key`` (``SAME_NUMA_NODE`` …) true."""
+        return self.accel.get(key[len(ACCEL) :], "").strip().lower() == "true"
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        """The device labels the group asks for (``accel:label:<key>``), key → value."""
+        prefix = LABEL[len(ACCEL) :]
+        return {k[len(prefix) :]: v for k, v in self.accel.items() if k.startswith(prefix)}
 
     @property
     def selects(self) -> bool:
@@ -167,6 +205,21 @@ def _trait(name: str, value: str) -> str:
 def _accel(name: str, value: str) -> str:
     if not name:
         raise GroupInvalid("empty accel: key")
+    key = ACCEL + name
+    if key.startswith(LABEL):
+        if not key[len(LABEL) :].strip() or not value:
+            raise GroupInvalid(f"{key} needs a label key and a value ({LABEL}<key>: <value>)")
+        return value
+    if key not in ACCEL_KEYS:
+        raise GroupInvalid(
+            f"unknown key {key!r}: the accel: keys are {', '.join(ACCEL_KEYS)} and {LABEL}<key>"
+        )
+    if key == NUMA_NODE and not _AMOUNT.fullmatch(value):
+        raise GroupInvalid(f"{key} must be a NUMA node number (0, 1 …), not {value!r}")
+    if key in _FLAGS:
+        if value.lower() not in ("true", "false"):
+            raise GroupInvalid(f"{key} must be 'true' or 'false', not {value!r}")
+        return value.lower()
     return value
 
 

@@ -119,8 +119,8 @@ def test_a_bind_to_a_deployable_the_group_does_not_match_fails(api, host, target
         ("gpu", {"resources:PGPU": "1", "trait:CUSTOM_NVIDIA_1EB8": "required"}),
         # A group asking for one of two classes binds to either.
         ("gpu", {"resources:FPGA": "1", "resources:PGPU": "1"}),
-        # accel: keys say nothing about the deployable.
-        ("fpga", {"resources:FPGA": "1", "accel:note": "anything"}),
+        # An accel: key that asks nothing of the deployable.
+        ("fpga", {"resources:FPGA": "1", "accel:same_numa_node": "false"}),
     ],
 )
 def test_a_bind_to_a_deployable_the_group_matches_is_bound(api, host, target, group):

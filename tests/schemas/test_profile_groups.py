@@ -36,12 +36,20 @@ ACCEPTED = [
         {},
     ),
     (
-        {"resources:FPGA": "1", "accel:bitstream_id": " abc ", "accel:other": ""},
-        {"resources:FPGA": "1", "accel:bitstream_id": "abc", "accel:other": ""},
+        {"resources:FPGA": "1", "accel:bitstream_id": " abc ", "accel:same_numa_node": "TRUE"},
+        {"resources:FPGA": "1", "accel:bitstream_id": "abc", "accel:same_numa_node": "true"},
         {"FPGA": 1},
         set(),
         set(),
-        {"bitstream_id": "abc", "other": ""},
+        {"bitstream_id": "abc", "same_numa_node": "true"},
+    ),
+    (  # a label, and the NUMA node of the device
+        {"resources:PGPU": "1", "accel:label:team ": " ml ", "accel:numa_node": 1},
+        {"resources:PGPU": "1", "accel:label:team": "ml", "accel:numa_node": "1"},
+        {"PGPU": 1},
+        set(),
+        set(),
+        {"label:team": "ml", "numa_node": "1"},
     ),
     (  # Cyborg's resource classes stay valid; a standard one of os-resource-classes too
         {"resources:PGPU": "1", "resources:VCPU": "2"},
@@ -96,6 +104,16 @@ REFUSED = [
     ({"trait:CUSTOM_A": 1}, "trait CUSTOM_A must be 'required' or 'forbidden', not '1'"),
     ({"accel:": "x"}, "empty accel: key"),
     ({"accel:  ": "x"}, "empty accel: key"),
+    (
+        {"accel:other": ""},
+        "unknown key 'accel:other': the accel: keys are accel:bitstream_id, accel:function_id,"
+        " accel:numa_node, accel:same_numa_node, accel:same_pcie_root, accel:distinct_devices"
+        " and accel:label:<key>",
+    ),
+    ({"accel:numa_node": "-1"}, "accel:numa_node must be a NUMA node number (0, 1 …), not '-1'"),
+    ({"accel:same_pcie_root": "yes"}, "accel:same_pcie_root must be 'true' or 'false', not 'yes'"),
+    ({"accel:label:": "x"}, "accel:label: needs a label key and a value"),
+    ({"accel:label:team": " "}, "accel:label:team needs a label key and a value"),
     # the first key refused is the one named
     ({"resources:FPGA": "1", "trait:X": "maybe", "bad": "1"}, "unsupported trait name 'X'"),
 ]
