@@ -22,7 +22,11 @@ $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@ $(VENV)/.run-installed
 
-run: $(VENV)/.run-installed
+# The port is checked first (with the system's Python): when it is taken, `make run` says
+# so at once, before building the virtualenv or migrating.
+run:
+	@$(PYTHON) -m exosuit.port_check $(ARGS)
+	@$(MAKE) --no-print-directory $(VENV)/.run-installed
 	$(BIN)/exosuit serve $(ARGS)
 
 # The whole suite, as CI runs it: the static checks, then every test on TEST_WORKERS

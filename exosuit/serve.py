@@ -22,6 +22,7 @@ from typing import Any, cast
 from cheroot import wsgi as cheroot_wsgi
 from oslo_config import cfg
 
+from exosuit import port_check
 from exosuit.agent.cache import AgentCache, CacheLocked
 from exosuit.agent.clock import SystemClock
 from exosuit.agent.main import build_reconcilers
@@ -143,11 +144,15 @@ def serve(
         served: list[bool] = []
         # Said last, once everything below is stopped (callbacks run in reverse order).
         started.callback(lambda: served and print("Exosuit stopped.", flush=True))
+        api = ApiSettings.from_conf(conf)
+        # The port first: when it is taken, say so before migrating anything.
+        server = _listen(host, port, api)
+        started.callback(server.stop)
         db = make_database(conf)
         started.callback(db.dispose)
         migration.upgrade(db)
         app = loadapp(conf, db)
-        api = ApiSettings.from_conf(conf)
+        server.wsgi_app = app
         # The in-process agent is trusted: it calls the application past the
         # authentication (as an admin with the service role), whatever [api]
         # auth_strategy requires of everyone else.
@@ -165,20 +170,31 @@ def serve(
         # A job still running after this is claimed again when its lease expires.
         started.callback(conductor.stop, timeout=10)
         conductor.start()
-        server = cheroot_wsgi.Server(
-            (host, port),
-            app,
-            numthreads=max(4, api.threads),
-            server_name="exosuit",
-            # cheroot's default backlog is 5: a burst of clients got connection resets.
-            request_queue_size=api.backlog,
-            shutdown_timeout=api.shutdown_timeout,
-        )
-        started.callback(server.stop)
-        server.prepare()
         _banner(conf, server, simulated)
         served.append(True)
         _serve_until_stopped(server, ready)
+
+
+def _listen(host: str, port: int, api: ApiSettings) -> cheroot_wsgi.Server:
+    """A server bound to (host, port), its application set later; SystemExit naming the
+    option that picks another port when that one is taken."""
+    server = cheroot_wsgi.Server(
+        (host, port),
+        None,
+        numthreads=max(4, api.threads),
+        server_name="exosuit",
+        # cheroot's default backlog is 5: a burst of clients got connection resets.
+        request_queue_size=api.backlog,
+        shutdown_timeout=api.shutdown_timeout,
+    )
+    error = port_check.taken(host, port)
+    if error is not None:
+        raise SystemExit(port_check.hint(host, port, error))
+    try:
+        server.prepare()
+    except OSError as refused:  # taken since (or refused for another reason)
+        raise SystemExit(port_check.hint(host, port, refused)) from None
+    return server
 
 
 def _banner(conf: cfg.ConfigOpts, server: cheroot_wsgi.Server, simulated: LocalHost) -> None:

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 import requests
@@ -15,6 +16,7 @@ import requests
 from tests.helpers.serve_fixture import ExosuitServer, write_config
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -261,3 +263,41 @@ def test_sigterm_while_serve_starts_stops_it_cleanly(servers, tmp_path):
     # Nothing was left behind: the agent cache's lock is free, the next start serves.
     again = servers(tmp_path / "data")
     assert again.get("/v2/devices").status_code == 200
+
+
+@pytest.fixture
+def taken_port():
+    """A port something else listens on."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        yield other.getsockname()[1]
+
+
+def test_serve_on_a_taken_port_says_so_before_migrating(taken_port, tmp_path):
+    data = tmp_path / "data"
+    argv = [*ExosuitServer(data).argv(), "--port", str(taken_port)]  # the last --port wins
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done
+    assert f"cannot listen on 127.0.0.1:{taken_port}: it is taken" in done.stderr, done.stderr
+    assert f'make run ARGS="--port {taken_port + 1}"' in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (data / "exosuit.sqlite").exists()  # nothing migrated
+
+
+def test_make_run_on_a_taken_port_stops_before_building_anything(taken_port, tmp_path):
+    # `make run` checks with the system's Python, before the virtualenv and migrations:
+    # run where no virtualenv exists (a copy of the Makefile and the package's checker).
+    (tmp_path / "exosuit").mkdir()
+    for name in ("Makefile", "exosuit/__init__.py", "exosuit/port_check.py"):
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    done = subprocess.run(
+        ["make", "-s", "run", f"ARGS=--port {taken_port} --data-dir {tmp_path}/data"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{taken_port}: it is taken" in done.stderr, done.stderr
+    assert not (tmp_path / ".venv").exists()  # nothing built

@@ -9,6 +9,7 @@ import os
 from cliff.command import Command
 
 from exosuit.logs import setup_logging
+from exosuit.port_check import DEFAULT_HOST, DEFAULT_PORT
 from exosuit.stopping import stop_while_starting
 
 # [inventory] ready_drivers of exosuit serve: the simulated plug-in, whose devices (its
@@ -37,8 +38,10 @@ class Serve(Command):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        parser.add_argument("--host", default="127.0.0.1", help="Address to listen on.")
-        parser.add_argument("--port", type=int, default=6666, help="Port to listen on (0: any).")
+        parser.add_argument("--host", default=DEFAULT_HOST, help="Address to listen on.")
+        parser.add_argument(
+            "--port", type=int, default=DEFAULT_PORT, help="Port to listen on (0: any)."
+        )
         parser.add_argument(
             "--data-dir",
             default=".exosuit",
