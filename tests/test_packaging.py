@@ -1,0 +1,41 @@
+"""The package as pip builds it from pyproject.toml: no warnings, and every file it needs at
+run time (the dashboard, the migrations, the schemas) inside."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def test_the_wheel_builds_without_warnings_and_holds_the_package_data(tmp_path):
+    # Without build isolation: the virtualenv's setuptools (pyproject's build requires),
+    # no index needed.
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v"]
+        + ["--wheel-dir", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    output = (done.stdout + done.stderr).splitlines()
+    warnings = [line.strip() for line in output if "Warning:" in line]
+    assert warnings == []
+    [wheel] = tmp_path.glob("exosuit-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for needed in (
+        "exosuit/api/dashboard/static/app.js",
+        "exosuit/api/dashboard/templates/index.html",
+        "exosuit/db/migrations/script.py.mako",
+        "exosuit/db/migrations/versions/0001_initial_schema.py",
+        "exosuit/schemas/inventory-v1.json",
+    ):
+        assert needed in names
+    assert not [n for n in names if n.startswith(("tests/", "bench/", "doc/"))]
