@@ -14,8 +14,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+# With the client extra: the README's `.venv/bin/openstack accelerator …` works after it.
 $(VENV)/.run-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e '.[client]'
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python

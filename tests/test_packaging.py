@@ -3,9 +3,12 @@ run time (the dashboard, the migrations, the schemas) inside."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import tomllib
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -39,3 +42,24 @@ def test_the_wheel_builds_without_warnings_and_holds_the_package_data(tmp_path):
     ):
         assert needed in names
     assert not [n for n in names if n.startswith(("tests/", "bench/", "doc/"))]
+
+
+def _make_run_scripts() -> set[str]:
+    """The commands `make run`'s virtualenv has: its own, Exosuit's console scripts and
+    its client extra's."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    scripts = {"python", "pip"} | set(project["scripts"])
+    for requirement in project["optional-dependencies"]["client"]:
+        name = requirement.split(">")[0].split("=")[0].split("<")[0].strip()
+        scripts |= {
+            e.name for e in metadata.distribution(name).entry_points if e.group == "console_scripts"
+        }
+    return scripts
+
+
+def test_every_command_the_readme_runs_from_the_virtualenv_is_one_make_run_installs():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "pip install --quiet -e '.[client]'" in makefile  # the run target's install
+    named = set(re.findall(r"\.venv/bin/([A-Za-z0-9_-]+)", (ROOT / "README.md").read_text()))
+    assert "openstack" in named
+    assert named <= _make_run_scripts()
