@@ -44,22 +44,24 @@ def test_the_wheel_builds_without_warnings_and_holds_the_package_data(tmp_path):
     assert not [n for n in names if n.startswith(("tests/", "bench/", "doc/"))]
 
 
-def _make_run_scripts() -> set[str]:
-    """The commands `make run`'s virtualenv has: its own, Exosuit's console scripts and
-    its client extra's."""
+def _scripts(extra: str) -> set[str]:
+    """The commands a virtualenv made with Exosuit's ``extra`` has: its own, Exosuit's
+    console scripts and those of the extra's packages."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     scripts = {"python", "pip"} | set(project["scripts"])
-    for requirement in project["optional-dependencies"]["client"]:
-        name = requirement.split(">")[0].split("=")[0].split("<")[0].strip()
+    for requirement in project["optional-dependencies"][extra]:
+        name = re.split(r"[<>=!\[ ]", requirement, maxsplit=1)[0]
         scripts |= {
             e.name for e in metadata.distribution(name).entry_points if e.group == "console_scripts"
         }
     return scripts
 
 
-def test_every_command_the_readme_runs_from_the_virtualenv_is_one_make_run_installs():
+def test_every_command_the_readme_runs_from_the_virtualenv_is_one_make_installs():
     makefile = (ROOT / "Makefile").read_text()
-    assert "pip install --quiet -e '.[client]'" in makefile  # the run target's install
-    named = set(re.findall(r"\.venv/bin/([A-Za-z0-9_-]+)", (ROOT / "README.md").read_text()))
-    assert "openstack" in named
-    assert named <= _make_run_scripts()
+    assert "pip install --quiet -e '.[client]'" in makefile  # make run's install
+    assert "pip install --quiet -e '.[test]'" in makefile  # make test's install
+    readme = (ROOT / "README.md").read_text()
+    named = set(re.findall(r"\.venv/bin/([A-Za-z0-9_-]+)", readme))
+    assert "openstack" in named and "openstack" in _scripts("client")
+    assert named <= _scripts("client") | _scripts("test")
