@@ -91,9 +91,17 @@ def root_url(endpoint: str) -> str:
     return url
 
 
-def _one_line(text: str, limit: int = 200) -> str:
+# A body that is not the API's error (a proxy's page …) is cut here; the API's own
+# messages never are: an operator needs all of "… Release them first."
+_FOREIGN_BODY_LIMIT = 1000
+
+
+def _one_line(text: str, limit: int | None = None) -> str:
+    """``text`` on one line (its whitespace folded), whole unless ``limit`` says."""
     line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    if limit is None or len(line) <= limit:
+        return line
+    return f"{line[: limit - 1]}… ({len(line) - limit + 1} more characters)"
 
 
 def _error_from(response: requests.Response) -> ApiError:
@@ -118,7 +126,7 @@ def _error_from(response: requests.Response) -> ApiError:
         message = response.reason or "error"
         text = response.text.strip() if response.text else ""
         if text and not text.lstrip().startswith("<"):
-            message = f"{message}: {text}"
+            message = f"{message}: {_one_line(text, _FOREIGN_BODY_LIMIT)}"
     return ApiError(response.status_code, _one_line(message), code)
 
 
