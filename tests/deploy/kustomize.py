@@ -5,8 +5,8 @@ A ``kustomization.yaml`` may say three things, each as kustomize means it:
 
 * ``resources``: YAML files (their documents, in order) and directories (rendered by
   their own ``kustomization.yaml`` first);
-* ``patches``: ``- path: FILE``, each document of FILE a strategic merge patch of the
-  resource of its apiVersion, kind, name and namespace (one must match). Maps merge key
+* ``patches``: ``- path: FILE``, FILE one strategic merge patch of the resource of its
+  apiVersion, kind, name and namespace (one must match). Maps merge key
   by key; the lists Kubernetes merges by a key (containers, env, volumes, volumeMounts,
   ports …, see ``MERGE_KEYS``) merge item by item, other lists are replaced; ``null``
   removes a key;
@@ -115,12 +115,14 @@ def build(directory: Path) -> list[dict[str, Any]]:
     for patch_entry in kustomization.get("patches") or ():
         if set(patch_entry) != {"path"}:
             raise KustomizeError(f"{path}: only patches by path are supported: {patch_entry}")
-        for patch in _load(directory / patch_entry["path"]):
-            identity = _identity(patch)
-            if identity not in identities:
-                raise KustomizeError(f"{patch_entry['path']}: no resource {identity} to patch")
-            at = identities.index(identity)
-            documents[at] = _merge(documents[at], patch)
+        patches = _load(directory / patch_entry["path"])
+        if len(patches) != 1:
+            raise KustomizeError(f"{patch_entry['path']}: one patch per file")
+        identity = _identity(patches[0])
+        if identity not in identities:
+            raise KustomizeError(f"{patch_entry['path']}: no resource {identity} to patch")
+        at = identities.index(identity)
+        documents[at] = _merge(documents[at], patches[0])
     for document in documents:
         _set_images(document, kustomization.get("images") or [])
     return documents

@@ -175,6 +175,7 @@ CM = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: '1'}\n"
             "patch directives",
         ),
         ("resources: [cm.yaml, cm.yaml]\n", "", "given twice"),
+        ("resources: [cm.yaml]\npatches: [{path: p.yaml}]\n", f"{CM}---\n{CM}", "one patch per"),
     ],
 )
 def test_the_reader_refuses_what_it_would_not_render_as_kustomize(tmp_path, text, patch, why):
