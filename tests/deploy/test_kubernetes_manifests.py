@@ -592,3 +592,34 @@ def _secret_refs(value: Any) -> list[dict[str, str]]:
     if isinstance(value, list):
         return [r for v in value for r in _secret_refs(v)]
     return []
+
+
+@pytest.mark.parametrize(
+    "kind, name, container_name, groups",
+    [
+        ("Deployment", "exosuit-api", "api", ("keystone_authtoken", "placement", "nova")),
+        ("Deployment", "exosuit-conductor", "conductor", ("placement", "nova", "service_user")),
+        ("DaemonSet", "exosuit-node", "agent", ("agent",)),
+    ],
+)
+def test_the_openstack_passwords_reach_the_sections_that_authenticate(
+    kind, name, container_name, groups, tmp_path, monkeypatch
+):
+    """A section's password is its OS_<GROUP>__PASSWORD variable, from a Secret: read
+    by keystoneauth as it builds the section's auth plugin."""
+    from keystoneauth1 import loading as ks_loading
+
+    documents = RENDERED["openstack"]
+    owner = one(documents, kind, name)
+    environment = pod_environment(owner, container_name)
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+    files = config_files(documents, owner, container_name, tmp_path)
+    conf = make_agent_conf(files) if container_name == "agent" else make_conf(files)
+    for group in groups:
+        if group == "keystone_authtoken":  # keystonemiddleware registers it
+            ks_loading.register_auth_conf_options(conf, group)
+        auth = ks_loading.load_auth_from_conf_options(conf, group)
+        assert conf[group].auth_type == "password" and auth is not None
+        assert conf[group].password == environment[f"OS_{group.upper()}__PASSWORD"]
+        assert conf[group].password.startswith("secret-exosuit-")
