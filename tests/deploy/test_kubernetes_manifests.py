@@ -103,6 +103,24 @@ def test_each_object_is_valid_in_every_supported_kubernetes(origin, document):
     assert schema_errors(document) == []
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_kubernetes_validate_strict_passes_the_rendered_overlay(overlay, tmp_path):
+    """The command an operator can run: ``kubectl kustomize overlays/<name> |
+    kubernetes-validate --strict -k 1.34 -k 1.35 -``; a kind it has no schema for
+    would be a warning, so none may be printed."""
+    rendered = tmp_path / f"{overlay}.yaml"
+    rendered.write_text(yaml.safe_dump_all(RENDERED[overlay]))
+    versions = [arg for v in KUBERNETES_VERSIONS for arg in ("-k", v)]
+    command = [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", *versions]
+    ran = subprocess.run([*command, str(rendered)], capture_output=True, text=True, timeout=120)
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", "")
+    broken = copy.deepcopy(RENDERED[overlay])
+    broken[0]["metadata"]["lables"] = {}
+    rendered.write_text(yaml.safe_dump_all(broken))
+    ran = subprocess.run([*command, str(rendered)], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 1 and ran.stdout.count("'lables' was unexpected") == 2
+
+
 def test_the_validation_catches_a_misspelt_field_and_a_wrong_type():
     daemonset = one(RENDERED["standalone"], "DaemonSet", "exosuit-node")
     misspelt = copy.deepcopy(daemonset)
