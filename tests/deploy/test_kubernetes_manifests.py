@@ -266,7 +266,15 @@ def test_every_exosuit_container_runs_a_console_script_of_the_one_image(overlay)
     containers = exosuit_containers(RENDERED[overlay])
     assert {c["image"] for c in containers} == {"registry.example.com/exosuit:0.1.0"}
     commands = {c["command"][0] for c in containers}
-    assert commands == set(SCRIPTS) - {"exosuit"}  # every server process, one image
+    assert commands <= set(SCRIPTS)
+    # Every process of a deployment, from one image.
+    assert commands == {
+        "exosuit-api",
+        "exosuit-conductor",
+        "exosuit-manage",
+        "exosuit-agent",
+        "exosuit-kubelet-plugin",
+    }
     for c in containers:
         assert c["command"] == c["command"][:1]  # options in args, where they are read
     # The options given are the commands' own.
@@ -505,6 +513,7 @@ def test_the_code_scan_sees_every_request_the_plugin_sends():
         requests = list(standin.requests)
     finally:
         standin.stop()
+    assert standin.forbidden == []
     assert {method for method, _ in requests} == {"GET", "POST", "PUT", "DELETE"}
     scanned = {call.permission for call in kube_calls.calls_in_code()}
     for method, path in requests:

@@ -21,7 +21,12 @@ and with the kubernetes client's model classes as a third reader (``slice_errors
 The ResourceClaims a test adds are checked against the same schemas.
 Writes are recorded in ``writes``.
 
-What it leaves out (doc/kubernetes.md says so too): authentication and RBAC, watches,
+Authorization is that of the plugin's ClusterRole in deploy/kubernetes/base/rbac.yaml:
+a request it does not grant (its group, resource and verb as RBAC names them) is
+answered 403 Forbidden and recorded in ``forbidden``, so every call the tests make the
+plugin send is one the deployed plugin may make.
+
+What it leaves out (doc/kubernetes.md says so too): authentication, watches,
 the scheduler (a test writes a claim's allocation itself), the API server's CEL
 validation and its defaulting and normalization (quantities are stored as written),
 ownerReference garbage collection, the kubelet's own deletion of a node's slices.
@@ -39,9 +44,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import yaml
 from kubernetes import client
 
+from tests.deploy.kube_calls import Permission, rbac
 from tests.helpers.kube_schemas import schema_errors
+
+RBAC = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "base" / "rbac.yaml"
 
 _CLAIM = re.compile(r"^/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+)$")
 _NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
@@ -52,6 +61,18 @@ _SELECTABLE = {
     "spec.driver": ("driver",),
     "spec.pool.name": ("pool", "name"),
 }
+
+
+def plugin_permissions() -> frozenset[Permission]:
+    """What the plugin's ClusterRole grants."""
+    [role] = [d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] == "ClusterRole"]
+    return frozenset(
+        Permission(group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    )
 
 
 def model_round_trip(data: dict[str, Any], klass: str) -> Any:
@@ -175,6 +196,8 @@ class KubeStandIn:
     writes: list[tuple[str, str, Any]] = field(default_factory=list)
     refused: list[tuple[str, list[str]]] = field(default_factory=list)
     requests: list[tuple[str, str]] = field(default_factory=list)
+    granted: frozenset[Permission] = field(default_factory=plugin_permissions)
+    forbidden: list[tuple[str, str]] = field(default_factory=list)
     url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
     _version: int = 0
@@ -264,9 +287,14 @@ class KubeStandIn:
             def _handle(self, method: str) -> None:
                 parts = urlsplit(self.path)
                 body = self._body() if method in ("POST", "PUT") else None
+                watch = "true" in parse_qs(parts.query).get("watch", [])
                 with standin.lock:
                     standin.requests.append((method, parts.path))
-                    code, answer = standin._answer(method, parts.path, parts.query, body)
+                    if rbac(method, parts.path, watch=watch) in standin.granted:
+                        code, answer = standin._answer(method, parts.path, parts.query, body)
+                    else:
+                        standin.forbidden.append((method, parts.path))
+                        code, answer = 403, _status(403, "Forbidden", f"{method} {parts.path}")
                 self._send(code, answer)
 
             def do_GET(self) -> None:

@@ -1,13 +1,17 @@
 """The stand-in API server checks what it is given against Kubernetes' published
 schemas (1.34 and 1.35, strict): the ResourceSlices the plugin writes and the
-ResourceClaims the tests make up for it to read."""
+ResourceClaims the tests make up for it to read; and it answers only what the plugin's
+ClusterRole (deploy/kubernetes/) grants."""
 
 from __future__ import annotations
 
 import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from exosuit.kubernetes import slices
 from exosuit.kubernetes.slices import DRIVER, Inventory
+from tests.deploy.kube_calls import Permission
 from tests.helpers.kube_schemas import schema_errors
 from tests.kubelet.kube_standin import KubeStandIn, api_rules, slice_errors
 
@@ -52,3 +56,24 @@ def test_the_standin_refuses_a_claim_kubernetes_would_not_hold():
     with pytest.raises(ValueError, match="'device' is a required property"):
         standin.add_claim("default", "incomplete", [incomplete])
     assert sorted(standin.claims) == [("default", "fine")]
+
+
+def test_the_standin_forbids_what_the_plugins_cluster_role_does_not_grant():
+    standin = KubeStandIn().start()
+    try:
+        api = client.ApiClient(client.Configuration(host=standin.url))
+        resources = client.ResourceV1Api(api)
+        assert resources.list_resource_slice().items == []  # granted: list
+        with pytest.raises(ApiException) as raised:
+            resources.list_namespaced_resource_claim("default")  # not granted: list claims
+        assert raised.value.status == 403
+        with pytest.raises(ApiException) as raised:
+            client.CoreV1Api(api).list_node()  # nodes: get only
+        assert raised.value.status == 403
+    finally:
+        standin.stop()
+    assert standin.forbidden == [
+        ("GET", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"),
+        ("GET", "/api/v1/nodes"),
+    ]
+    assert Permission("resource.k8s.io", "resourceslices", "list") in standin.granted
