@@ -27,6 +27,7 @@ from kubernetes import client
 from exosuit.cmd.kubelet_plugin import build_parser
 from exosuit.conf import (
     AgentSettings,
+    ApiSettings,
     CdiSettings,
     DefaultSettings,
     ImagesSettings,
@@ -432,7 +433,9 @@ def test_the_daemonset_mounts_what_the_plugin_reads_and_writes(overlay, monkeypa
         assert_on_the_node(written, mounts, writes=True)
     assert options.registry_dir == "/var/lib/kubelet/plugins_registry"
     assert options.plugins_dir == "/var/lib/kubelet/plugins"
-    assert daemonset["spec"]["template"]["spec"]["serviceAccountName"] == "exosuit-node"
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "exosuit-node"
+    assert pod.get("automountServiceAccountToken", True)  # in-cluster: the account's token
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -650,3 +653,25 @@ def test_the_openstack_passwords_reach_the_sections_that_authenticate(
         assert conf[group].auth_type == "password" and auth is not None
         assert conf[group].password == environment[f"OS_{group.upper()}__PASSWORD"]
         assert conf[group].password.startswith("secret-exosuit-")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_agents_and_plugins_reach_the_api_where_it_listens(overlay, tmp_path, monkeypatch):
+    documents = RENDERED[overlay]
+    api = one(documents, "Deployment", "exosuit-api")
+    for variable, value in pod_environment(api, "api").items():
+        monkeypatch.setenv(variable, value)
+    settings = ApiSettings.from_conf(make_conf(config_files(documents, api, "api", tmp_path)))
+    [port] = container(api, "api")["ports"]
+    assert (settings.host_ip, settings.port) == ("0.0.0.0", port["containerPort"])
+    service = one(documents, "Service", "exosuit-api")
+    [service_port] = service["spec"]["ports"]
+    meta = service["metadata"]
+    url = f"http://{meta['name']}.{meta['namespace']}.svc:{service_port['port']}"
+    assert service_port["targetPort"] == port["name"]
+    daemonset = one(documents, "DaemonSet", "exosuit-node")
+    agent_conf = make_agent_conf(config_files(documents, daemonset, "agent", tmp_path))
+    assert AgentSettings.from_conf(agent_conf).api_url == url
+    assert pod_environment(daemonset, "kubelet-plugin")["EXOSUIT_URL"] == url
+    # On the node's network, the Service's name is found through the cluster's DNS.
+    assert daemonset["spec"]["template"]["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
