@@ -13,11 +13,20 @@ their real paths, with the API server's JSON shapes:
   current ``resourceVersion``, else 409 Conflict).
 
 Every ResourceSlice written is checked as the API server would refuse it (422
-Invalid): against the published schema's part in data/resourceslice-v1.schema.json
-(``slice_errors``), with the kubernetes client's model classes as a second reader.
+Invalid): against the published schema of Kubernetes 1.34 and 1.35
+(``kubernetes-validate --strict``, tests/helpers/kube_schemas.py), against the
+validation rules the API reference states in prose and the schema cannot carry (names,
+lengths, counts, one value per attribute, exactly one node selection: ``api_rules``),
+and with the kubernetes client's model classes as a third reader (``slice_errors``).
+The ResourceClaims a test adds are checked against the same schemas.
 Writes are recorded in ``writes``.
 
-What it leaves out (doc/kubernetes.md says so too): authentication and RBAC, watches,
+Authorization is that of the plugin's ClusterRole in deploy/kubernetes/base/rbac.yaml:
+a request it does not grant (its group, resource and verb as RBAC names them) is
+answered 403 Forbidden and recorded in ``forbidden``, so every call the tests make the
+plugin send is one the deployed plugin may make.
+
+What it leaves out (doc/kubernetes.md says so too): authentication, watches,
 the scheduler (a test writes a claim's allocation itself), the API server's CEL
 validation and its defaulting and normalization (quantities are stored as written),
 ownerReference garbage collection, the kubelet's own deletion of a node's slices.
@@ -35,11 +44,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import jsonschema
+import yaml
 from kubernetes import client
 
-SCHEMA = json.loads((Path(__file__).parent / "data" / "resourceslice-v1.schema.json").read_text())
-_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+from tests.deploy.kube_calls import Permission, rbac
+from tests.helpers.kube_schemas import schema_errors
+
+RBAC = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "base" / "rbac.yaml"
 
 _CLAIM = re.compile(r"^/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+)$")
 _NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
@@ -52,6 +63,18 @@ _SELECTABLE = {
 }
 
 
+def plugin_permissions() -> frozenset[Permission]:
+    """What the plugin's ClusterRole grants."""
+    [role] = [d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] == "ClusterRole"]
+    return frozenset(
+        Permission(group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    )
+
+
 def model_round_trip(data: dict[str, Any], klass: str) -> Any:
     """``data`` read into the client's model ``klass`` and written out again (what the
     model knows of it; an unknown or misspelt field is lost on the way)."""
@@ -60,18 +83,76 @@ def model_round_trip(data: dict[str, Any], klass: str) -> Any:
     return api.sanitize_for_serialization(model)
 
 
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# A C identifier of at most 32 characters, optionally after a DNS subdomain and a slash.
+_QUALIFIED = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z_][A-Za-z0-9_]{0,31}$"
+)
+# resource.Quantity: a number with a binary, decimal or exponent suffix.
+_QUANTITY = re.compile(
+    r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+)
+_NODE_SELECTIONS = ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
+
+
+def api_rules(body: dict[str, Any]) -> list[str]:
+    """What the API server's validation of a ResourceSlice refuses beyond its schema
+    (the rules resource.k8s.io/v1's field documentation states)."""
+    errors = []
+    meta = body.get("metadata") or {}
+    if not (meta.get("name") or meta.get("generateName")):
+        errors.append("metadata: name or generateName is required")
+    if meta.get("name") and not _DNS_SUBDOMAIN.match(meta["name"]):
+        errors.append(f"metadata/name: {meta['name']!r} is not a DNS subdomain")
+    spec = body.get("spec") or {}
+    selections = [k for k in _NODE_SELECTIONS if spec.get(k) not in (None, False, "")]
+    if len(selections) != 1:
+        errors.append(f"spec: exactly one of {', '.join(_NODE_SELECTIONS)}, not {selections}")
+    if not _DNS_SUBDOMAIN.match(str(spec.get("driver"))) or len(str(spec.get("driver"))) > 63:
+        errors.append(f"spec/driver: {spec.get('driver')!r} is not a DNS subdomain of 63")
+    if spec.get("nodeName") and not _DNS_SUBDOMAIN.match(spec["nodeName"]):
+        errors.append(f"spec/nodeName: {spec['nodeName']!r} is not a DNS subdomain")
+    pool = spec.get("pool") or {}
+    pool_name = str(pool.get("name"))
+    if len(pool_name) > 253 or not all(map(_DNS_SUBDOMAIN.match, pool_name.split("/"))):
+        errors.append(f"spec/pool/name: {pool_name!r} is not DNS subdomains joined by /")
+    if not (isinstance(pool.get("resourceSliceCount"), int) and pool["resourceSliceCount"] >= 1):
+        errors.append("spec/pool/resourceSliceCount: must be at least 1")
+    if not (isinstance(pool.get("generation"), int) and pool["generation"] >= 0):
+        errors.append("spec/pool/generation: must be at least 0")
+    devices = spec.get("devices") or []
+    if len(devices) > 128:
+        errors.append(f"spec/devices: {len(devices)} devices > 128")
+    for index, device in enumerate(devices):
+        where = f"spec/devices/{index}"
+        if not _DNS_LABEL.match(str(device.get("name"))) or len(str(device.get("name"))) > 63:
+            errors.append(f"{where}/name: {device.get('name')!r} is not a DNS label")
+        attributes = device.get("attributes") or {}
+        capacity = device.get("capacity") or {}
+        if len(attributes) + len(capacity) > 32:
+            count = len(attributes) + len(capacity)
+            errors.append(f"{where}: {count} attributes and capacities > 32")
+        for name in [*attributes, *capacity]:
+            if not _QUALIFIED.match(name):
+                errors.append(f"{where}: {name!r} is not a qualified name")
+        for name, value in attributes.items():
+            given = [k for k, v in (value or {}).items() if v is not None]
+            if len(given) != 1:
+                errors.append(f"{where}/attributes/{name}: exactly one value, not {given}")
+            for kind in ("string", "version"):
+                if len(str((value or {}).get(kind) or "")) > 64:
+                    errors.append(f"{where}/attributes/{name}: {kind} longer than 64")
+        for name, value in capacity.items():
+            if not _QUANTITY.match(str((value or {}).get("value"))):
+                errors.append(f"{where}/capacity/{name}: {value} is not a quantity")
+    return errors
+
+
 def slice_errors(body: dict[str, Any]) -> list[str]:
     """Why the API server would refuse this ResourceSlice (empty: it would not)."""
-    errors = [
-        f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
-        for e in _VALIDATOR.iter_errors(body)
-    ]
-    for index, device in enumerate((body.get("spec") or {}).get("devices") or ()):
-        if not isinstance(device, dict):
-            continue
-        combined = len(device.get("attributes") or {}) + len(device.get("capacity") or {})
-        if combined > 32:
-            errors.append(f"spec/devices/{index}: {combined} attributes and capacities > 32")
+    errors = schema_errors(body) or api_rules(body)
     if not errors:
         try:
             if model_round_trip(body, "V1ResourceSlice") != body:
@@ -115,6 +196,8 @@ class KubeStandIn:
     writes: list[tuple[str, str, Any]] = field(default_factory=list)
     refused: list[tuple[str, list[str]]] = field(default_factory=list)
     requests: list[tuple[str, str]] = field(default_factory=list)
+    granted: frozenset[Permission] = field(default_factory=plugin_permissions)
+    forbidden: list[tuple[str, str]] = field(default_factory=list)
     url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
     _version: int = 0
@@ -151,6 +234,10 @@ class KubeStandIn:
         }
         if results is not None:
             claim["status"] = {"allocation": {"devices": {"results": results}}}
+        # What the API server would hold: a claim the tests make up is a real one.
+        errors = schema_errors(claim)
+        if errors:
+            raise ValueError(f"not a ResourceClaim of Kubernetes: {errors}")
         self.claims[(namespace, name)] = claim
         return uid
 
@@ -200,9 +287,14 @@ class KubeStandIn:
             def _handle(self, method: str) -> None:
                 parts = urlsplit(self.path)
                 body = self._body() if method in ("POST", "PUT") else None
+                watch = "true" in parse_qs(parts.query).get("watch", [])
                 with standin.lock:
                     standin.requests.append((method, parts.path))
-                    code, answer = standin._answer(method, parts.path, parts.query, body)
+                    if rbac(method, parts.path, watch=watch) in standin.granted:
+                        code, answer = standin._answer(method, parts.path, parts.query, body)
+                    else:
+                        standin.forbidden.append((method, parts.path))
+                        code, answer = 403, _status(403, "Forbidden", f"{method} {parts.path}")
                 self._send(code, answer)
 
             def do_GET(self) -> None:
