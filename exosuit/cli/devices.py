@@ -46,8 +46,11 @@ class DeviceList(ListCommand):
     path = "/v2/devices"
     key = "devices"
     # activation (2.7) took vendor's place: the table still fits 80 columns.
-    columns = ("uuid", "hostname", "type", "model", "status", "presence", "activation", "labels")
+    columns = ("uuid", "hostname", "type", "model", "status", "presence", "activation")
+    # labels (2.10) first of the long ones: -c labels (or --long) shows them; an eighth
+    # column would no longer fit 80 columns.
     long_columns = (
+        "labels",
         "vendor",
         "status_reason",
         "activation_reason",

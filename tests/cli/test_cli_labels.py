@@ -26,7 +26,7 @@ def test_labels_are_set_shown_selected_and_removed(cli, api):
 
     shown = cli.json("device", "show", first)
     assert shown["labels"] == {"rack": "a1", "zone": "z"}
-    listed = {d["uuid"]: d["labels"] for d in cli.json("device", "list")}
+    listed = {d["uuid"]: d["labels"] for d in cli.json("device", "list", "--long")}
     assert listed[first] == listed[second] == {"rack": "a1", "zone": "z"}
     # The table shows them as key=value.
     table = cli.run("device", "list", "-c", "uuid", "-c", "labels").stdout
