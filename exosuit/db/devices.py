@@ -344,7 +344,9 @@ def delete_lost(conn: Connection, uuid: str) -> None:
             "by itself."
         )
     of_device = sa.select(dep.c.id).where(dep.c.device_id == row.id)
-    conn.execute(sa.update(arq).where(arq.c.deployable_id.in_(of_device)).values(deployable_id=None))
+    conn.execute(
+        sa.update(arq).where(arq.c.deployable_id.in_(of_device)).values(deployable_id=None)
+    )
     conn.execute(sa.delete(t).where(t.c.id == row.id))
     changes.mark(conn, changes.DEPLOYABLES)  # its deployables go with it
     enqueue_sync(conn, row.hostname)  # its providers leave Placement

@@ -4,7 +4,8 @@ A keystoneauth1 session (no auth, or Keystone: ``exosuit-kubelet-plugin`` builds
 the ``exosuit`` command line does) and the API's root URL. Each call names its
 microversion: the inventory at 2.7 (devices' activation, services and usage), its
 devices at 2.10 where the API has it (their labels, published as attributes), else 2.9
-(their health: one held back is not published), claims at 2.8. Errors are ``ExosuitError`` with the API's status, code and message.
+(their health: one held back is not published), claims at 2.8. Errors are
+``ExosuitError`` with the API's status, code and message.
 """
 
 from __future__ import annotations

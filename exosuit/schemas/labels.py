@@ -44,8 +44,7 @@ VALUE_PATTERN = r"^[^\s\x00-\x1f\x7f]([^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$"
 _KEY = re.compile(KEY_PATTERN)
 _VALUE = re.compile(VALUE_PATTERN)
 KEY_RULE = (
-    "1-63 lower-case letters, digits, '-', '_' or '.', starting and ending with a "
-    "letter or a digit"
+    "1-63 lower-case letters, digits, '-', '_' or '.', starting and ending with a letter or a digit"
 )
 VALUE_RULE = f"1-{MAX_VALUE} printable characters, no blank at either end"
 
