@@ -330,6 +330,11 @@ def delete_lost(conn: Connection, uuid: str) -> None:
     DeviceNotFound, DeviceNotLost (present, or missing within its agent's removal grace:
     the reports decide) and DeviceInUse (an ARQ holds one of its attach handles: the
     message names them)."""
+    hostname = conn.execute(sa.select(t.c.hostname).where(t.c.uuid == uuid.lower())).scalar()
+    if hostname is not None:
+        # Its host's row first, as a report of the host locks it: a report that finds the
+        # device again either committed (and the device is present now) or waits.
+        conn.execute(sa.select(hosts.c.id).where(hosts.c.hostname == hostname).with_for_update())
     row = conn.execute(sa.select(t).where(t.c.uuid == uuid.lower()).with_for_update()).first()
     if row is None:
         raise exceptions.DeviceNotFound(uuid=uuid)
