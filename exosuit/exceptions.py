@@ -3,6 +3,7 @@
     ExosuitError
     ├── Invalid                  bad input the domain layer detected
     │   ├── InventoryInvalid     a snapshot the schema passes but that cannot be applied
+    │   ├── DeviceLabelsInvalid  a label key, value or count the rules refuse
     │   └── LimitExceeded        a request beyond a configured limit (doc/limits.md)
     ├── NotFound
     │   ├── DeviceProfileNotFound
@@ -36,6 +37,7 @@
     │   ├── ProgramFailed        the program ended failed (the reason)
     │   ├── ProgramEnded         a report about a program that already ended
     │   ├── DeviceInUse          inactive asked while an attach handle is held
+    │   ├── DeviceNotLost        deleting a device its host still reports
     │   ├── DriverInUse          uninstall asked while a device of the driver is held
     │   ├── ActivationSuperseded an agent's outcome of an activation changed since
     │   ├── PartitionInUse       a partition layout that removes a slice in use
@@ -87,6 +89,14 @@ class Invalid(ExosuitError):
 class InventoryInvalid(Invalid):
     msg_fmt = "The inventory snapshot of host %(hostname)s is refused: %(reason)s"
     code = "exosuit.inventory.invalid"
+
+
+class DeviceLabelsInvalid(Invalid):
+    """Labels asked for devices that the rules refuse (exosuit/schemas/labels.py): the
+    message says which and why."""
+
+    msg_fmt = "Device labels refused: %(reason)s."
+    code = "exosuit.device.labels_invalid"
 
 
 class LimitExceeded(Invalid):
@@ -330,6 +340,14 @@ class DeviceInUse(Conflict):
     the holders)."""
 
     code = "exosuit.device.in_use"
+
+
+class DeviceNotLost(Conflict):
+    """Deleting a device its host's agent still reports (present, or missing within its
+    removal grace): the report keeps or deletes it (doc/devices.md)."""
+
+    msg_fmt = "Device %(uuid)s is %(presence)s: %(reason)s"
+    code = "exosuit.device.not_lost"
 
 
 class DriverInUse(Conflict):

@@ -84,6 +84,8 @@ V2_7 = (2, 7)
 V2_8 = (2, 8)
 # Microversion 2.9 (running a fleet: health, drain, partitions, audit).
 V2_9 = (2, 9)
+# Microversion 2.10 (say no to what cannot be honoured; device CRUD completes).
+V2_10 = (2, 10)
 
 # path template → {method: handler}
 ROUTES: dict[str, dict[str, Handler]] = {
@@ -118,7 +120,10 @@ ROUTES: dict[str, dict[str, Handler]] = {
     # openstacksdk's patch_deployable adds the UUID again (doc/compatibility.md).
     "/v2/deployables/{uuid}/program/{again}": {"PATCH": deployables.program_deployable_again},
     "/v2/devices": {"GET": devices.list_devices},
-    "/v2/devices/{uuid}": {"GET": devices.get_device},
+    # Microversion 2.10: a lost device is deleted by hand (doc/devices.md).
+    "/v2/devices/{uuid}": since(
+        V2_10, {"DELETE": devices.delete_device}, always={"GET": devices.get_device}
+    ),
     "/v2/devices/{uuid}/enable": {"POST": devices.enable_device},
     "/v2/devices/{uuid}/disable": {"POST": devices.disable_device},
     # Microversion 2.9: drain (doc/devices.md).
@@ -162,6 +167,8 @@ ROUTES: dict[str, dict[str, Handler]] = {
     # (doc/devices.md).
     "/v2/device_activations": since(V2_7, {"POST": devices.activate_devices}),
     "/v2/services": since(V2_7, {"GET": services.list_services}),
+    # Microversion 2.10: an operator's labels on devices (doc/devices.md, "Labels").
+    "/v2/device_labels": since(V2_10, {"POST": devices.label_devices}),
     "/v2/drivers": since(V2_7, {"GET": drivers.list_drivers}),
     "/v2/drivers/{name}/install": since(V2_7, {"POST": drivers.install_driver}),
     "/v2/drivers/{name}/update": since(V2_7, {"POST": drivers.update_driver}),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from keystoneauth1 import exceptions as ksa_exceptions
@@ -44,7 +44,7 @@ DEFAULT_URL = "http://127.0.0.1:6666"
 SERVICE_TYPE = "accelerator"
 # The newest microversion this command line knows; it asks for
 # min(this, the server's maximum).
-CLIENT_MAX_VERSION = "2.9"
+CLIENT_MAX_VERSION = "2.10"
 TIMEOUT = 60.0
 
 Version = tuple[int, int]
@@ -251,7 +251,7 @@ class ApiClient:
         self,
         path: str,
         key: str,
-        params: dict[str, str] | None = None,
+        params: Mapping[str, str | list[str]] | None = None,
         *,
         limit: int | None = None,
         keep: Callable[[dict[str, Any]], bool] | None = None,

@@ -1,6 +1,7 @@
-"""``exosuit device list|show|ready|inactive|drain|undrain|health``: the physical cards of
-every host (``/v2/devices``), marking them ready or inactive (API 2.7), draining them for
-maintenance and their health (API 2.9; doc/devices.md)."""
+"""``exosuit device list|show|ready|inactive|drain|undrain|health|set|unset|delete``: the
+physical cards of every host (``/v2/devices``), marking them ready or inactive (API 2.7),
+draining them for maintenance and their health (API 2.9), their labels and deleting a
+lost one (API 2.10; doc/devices.md)."""
 
 from __future__ import annotations
 
@@ -26,13 +27,16 @@ from exosuit.cli.client import CLIError
 from exosuit.cli.waiting import add_wait_options, wait_for
 
 __all__ = [
+    "DeviceDelete",
     "DeviceDrain",
     "DeviceHealth",
     "DeviceInactive",
     "DeviceList",
     "DeviceReady",
+    "DeviceSet",
     "DeviceShow",
     "DeviceUndrain",
+    "DeviceUnset",
 ]
 
 
@@ -43,7 +47,10 @@ class DeviceList(ListCommand):
     key = "devices"
     # activation (2.7) took vendor's place: the table still fits 80 columns.
     columns = ("uuid", "hostname", "type", "model", "status", "presence", "activation")
+    # labels (2.10) first of the long ones: -c labels (or --long) shows them; an eighth
+    # column would no longer fit 80 columns.
     long_columns = (
+        "labels",
         "vendor",
         "status_reason",
         "activation_reason",
@@ -83,6 +90,23 @@ class DeviceList(ListCommand):
             needs="2.7",
         ),
     )
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument(
+            "--label",
+            action="append",
+            metavar="KEY=VALUE",
+            help="Only devices with this label (repeatable: every one; API 2.10).",
+        )
+        return parser
+
+    def params(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
+        params: dict[str, Any] = super().params(parsed_args)
+        if parsed_args.label:
+            self.api.require("2.10", "--label")
+            params["label"] = parsed_args.label
+        return params
 
 
 class DeviceShow(ShowCommand):
@@ -381,3 +405,93 @@ class DeviceHealth(ApiCommand, Lister):
         return HEALTH_COLUMNS, [
             cells(health_row(item), HEALTH_COLUMNS, parsed_args.formatter) for item in items
         ]
+
+
+# -- labels and deleting a lost device (API 2.10) ----------------------------------------------
+
+LABEL_COLUMNS = ("uuid", "hostname", "labels", "outcome")
+
+
+class _Labels(ApiCommand, Lister):
+    """Set or remove labels on devices (API 2.10, admin)."""
+
+    needs = "2.10"
+    metavar: str
+    text: str
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("uuids", metavar="DEVICE", nargs="+", help="A device's UUID.")
+        parser.add_argument(
+            "--label",
+            dest="labels",
+            action="append",
+            required=True,
+            metavar=self.metavar,
+            help=self.text,
+        )
+        return parser
+
+    def body(self, labels: list[str]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def take_action(self, parsed_args: argparse.Namespace) -> Listed:
+        body = {"uuids": parsed_args.uuids, **self.body(parsed_args.labels)}
+        devices = self.api.post("/v2/device_labels", body)["devices"]
+        return LABEL_COLUMNS, [cells(d, LABEL_COLUMNS, parsed_args.formatter) for d in devices]
+
+
+class DeviceSet(_Labels):
+    """Set labels on devices (API 2.10, admin).
+
+    All the devices or none: a label the rules refuse or a device that does not exist
+    changes nothing. A device profile asks for them as accel:label:KEY=VALUE. Shown:
+    each device's labels now, and whether they changed."""
+
+    metavar = "KEY=VALUE"
+    text = "A label to set (repeatable)."
+
+    def body(self, labels: list[str]) -> dict[str, Any]:
+        wanted: dict[str, str] = {}
+        for label in labels:
+            key, sep, value = label.partition("=")
+            if not sep:
+                raise CLIError(f"--label {label}: not KEY=VALUE")
+            wanted[key] = value
+        return {"set": wanted}
+
+
+class DeviceUnset(_Labels):
+    """Remove labels from devices (API 2.10, admin).
+
+    A device without the label is left as it is."""
+
+    metavar = "KEY"
+    text = "The key of a label to remove (repeatable)."
+
+    def body(self, labels: list[str]) -> dict[str, Any]:
+        return {"unset": sorted(set(labels))}
+
+
+DELETE_COLUMNS = ("uuid", "hostname", "type", "presence")
+
+
+class DeviceDelete(ApiCommand, Lister):
+    """Delete a lost device that nothing holds any more (API 2.10, admin).
+
+    Only a lost device (gone from its host's report while held) is deleted by hand; its
+    providers leave Placement. A device its host still reports, or one an accelerator
+    request still holds, is refused (the holders named). Shows what was deleted."""
+
+    needs = "2.10"
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("uuid", metavar="DEVICE", help="The device's UUID.")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> Listed:
+        path = f"/v2/devices/{segment(parsed_args.uuid)}"
+        device = self.api.get(path)
+        self.api.delete(path)
+        return DELETE_COLUMNS, [cells(device, DELETE_COLUMNS, parsed_args.formatter)]

@@ -3,8 +3,9 @@
 A keystoneauth1 session (no auth, or Keystone: ``exosuit-kubelet-plugin`` builds it as
 the ``exosuit`` command line does) and the API's root URL. Each call names its
 microversion: the inventory at 2.7 (devices' activation, services and usage), its
-devices at 2.9 where the API has it (their health: one held back is not published),
-claims at 2.8. Errors are ``ExosuitError`` with the API's status, code and message.
+devices at 2.10 where the API has it (their labels, published as attributes), else 2.9
+(their health: one held back is not published), claims at 2.8. Errors are
+``ExosuitError`` with the API's status, code and message.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ __all__ = [
     "CLAIMS_VERSION",
     "HEALTH_VERSION",
     "INVENTORY_VERSION",
+    "LABELS_VERSION",
     "ExosuitApi",
     "ExosuitError",
     "consumer_of",
@@ -30,6 +32,8 @@ SERVICE_TYPE = "accelerator"
 INVENTORY_VERSION = "2.7"
 # Devices with their health (offered or held back); an older API answers 406.
 HEALTH_VERSION = "2.9"
+# Devices with their labels too (published as attributes, exosuit/kubernetes/slices.py).
+LABELS_VERSION = "2.10"
 CLAIMS_VERSION = "2.8"
 TIMEOUT = 30.0
 LIVE_STATES = ("pending", "bound", "failed")  # claims not released
@@ -124,16 +128,7 @@ class ExosuitApi:
     def inventory(self, hostname: str, node: str) -> Inventory:
         """The devices and attach handles of ``hostname``, and which of its handles
         claims of Kubernetes consumers hold, as the ResourceSlices of ``node`` need."""
-        try:
-            devices = list(
-                self._list("/v2/devices", "devices", HEALTH_VERSION, {"hostname": hostname})
-            )
-        except ExosuitError as error:
-            if error.status != 406:
-                raise
-            devices = list(  # an API older than 2.9: no health to go by
-                self._list("/v2/devices", "devices", INVENTORY_VERSION, {"hostname": hostname})
-            )
+        devices = self._devices(hostname)
         handles = list(
             self._list(
                 "/v2/attach_handles", "attach_handles", INVENTORY_VERSION, {"hostname": hostname}
@@ -154,6 +149,19 @@ class ExosuitApi:
             if device.get("attach_handle_uuid")
         }
         return Inventory(node, devices, handles, frozenset(held))
+
+    def _devices(self, hostname: str) -> list[dict[str, Any]]:
+        """The host's devices at the newest microversion the API has of LABELS_VERSION
+        (labels), HEALTH_VERSION (health) and INVENTORY_VERSION: an older API answers
+        406 to a newer one."""
+        versions = (LABELS_VERSION, HEALTH_VERSION, INVENTORY_VERSION)
+        for version in versions[:-1]:
+            try:
+                return list(self._list("/v2/devices", "devices", version, {"hostname": hostname}))
+            except ExosuitError as error:
+                if error.status != 406:
+                    raise
+        return list(self._list("/v2/devices", "devices", versions[-1], {"hostname": hostname}))
 
     # -- claims ------------------------------------------------------------------------
 

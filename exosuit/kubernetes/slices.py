@@ -25,6 +25,7 @@ from kubernetes import client
 __all__ = [
     "API_VERSION",
     "DRIVER",
+    "LABELS_DOMAIN",
     "MAX_DEVICES_PER_SLICE",
     "Inventory",
     "build_slices",
@@ -44,6 +45,12 @@ API_VERSION = "resource.k8s.io/v1"
 MAX_DEVICES_PER_SLICE = 128
 MAX_ATTRIBUTE_STRING = 64  # longer values are left out (CEL compares whole strings)
 MAX_NAME = 63  # a DNS label
+# An operator's device labels (API 2.10, doc/devices.md "Labels") are attributes of this
+# domain: a CEL selector reads device.attributes["labels.exosuit.dev"].rack. Only a key
+# that is a C identifier of at most 32 characters can be an attribute's name there
+# (resource.k8s.io's QualifiedName); others (team.ml, cooling-zone) are left out.
+LABELS_DOMAIN = "labels.exosuit.dev"
+_ATTRIBUTE_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
 
 _PCI_KEYS = ("domain", "bus", "device", "function")
 _NOT_LABEL = re.compile(r"[^a-z0-9-]+")
@@ -164,7 +171,8 @@ def _string(value: Any) -> client.V1DeviceAttribute | None:
 def _attributes(
     handle: Mapping[str, Any], device: Mapping[str, Any]
 ) -> dict[str, client.V1DeviceAttribute]:
-    """The device's attributes under the driver's domain (unprefixed names)."""
+    """The device's attributes under the driver's domain (unprefixed names), and its
+    labels under LABELS_DOMAIN (those whose key can be an attribute's name)."""
     info = handle.get("attach_info") or {}
     found: dict[str, client.V1DeviceAttribute | None] = {
         "type": _string(device.get("type")),
@@ -180,6 +188,9 @@ def _attributes(
     numa = device.get("numa_node")
     if isinstance(numa, int) and not isinstance(numa, bool):
         found["numaNode"] = client.V1DeviceAttribute(int=numa)
+    for key, value in sorted((device.get("labels") or {}).items()):
+        if _ATTRIBUTE_ID.match(key):
+            found[f"{LABELS_DOMAIN}/{key}"] = _string(value)
     return {name: value for name, value in found.items() if value is not None}
 
 

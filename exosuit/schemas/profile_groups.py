@@ -39,6 +39,8 @@ from types import MappingProxyType
 import os_resource_classes
 import os_traits
 
+from exosuit.schemas import labels
+
 __all__ = [
     "ACCEL",
     "ACCEL_KEYS",
@@ -209,6 +211,11 @@ def _accel(name: str, value: str) -> str:
     if key.startswith(LABEL):
         if not key[len(LABEL) :].strip() or not value:
             raise GroupInvalid(f"{key} needs a label key and a value ({LABEL}<key>: <value>)")
+        # A label no device can have would match nothing: refused by the labels' rules.
+        try:
+            labels.check_value(labels.check_key(key[len(LABEL) :]), value)
+        except labels.LabelInvalid as error:
+            raise GroupInvalid(f"{key}: {error}") from None
         return value
     if key not in ACCEL_KEYS:
         raise GroupInvalid(

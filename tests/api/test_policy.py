@@ -81,6 +81,7 @@ PROGRAMS = "2.6"  # a deployable's program can be read from this microversion on
 DEVICES_2_7 = "2.7"  # activation, services, drivers, discoveries exist from this one on
 CLAIMS = "2.8"  # standalone claims exist from this microversion on
 DRAIN = "2.9"  # drain (and partitions) exist from this microversion on
+LABELS = "2.10"  # deleting a lost device and labels exist from this microversion on
 
 
 @dataclasses.dataclass(frozen=True)
@@ -768,6 +769,28 @@ OPS: list[Op] = [
         ),
         admin_only(OK),
         happened=lambda a, w, h: _device_health(a, w)["held_by"] == "operator",
+    ),
+    # Deleting a lost device and labelling devices (2.10): an admin's. The world's device
+    # is present: the admin passes the policy and is refused by the rule.
+    Op(
+        "device delete",
+        "/v2/devices/{uuid}",
+        "DELETE",
+        lambda c, w: c.delete(f"/v2/devices/{w.device}", version=LABELS),
+        admin_only(Outcome(409, "exosuit.device.not_lost", "is present")),
+        happened=lambda a, w, h: a.get(f"/v2/devices/{w.device}").status_code == 404,
+    ),
+    Op(
+        "device labels",
+        "/v2/device_labels",
+        "POST",
+        lambda c, w: c.post(
+            "/v2/device_labels", {"uuids": [w.device], "set": {"rack": "a1"}}, version=LABELS
+        ),
+        admin_only(OK),
+        happened=lambda a, w, h: (
+            a.get(f"/v2/devices/{w.device}", version=LABELS).json["labels"] == {"rack": "a1"}
+        ),
     ),
     # Partition layouts (2.9): an admin's, as drain; the agent reports as admin_or_service.
     Op(

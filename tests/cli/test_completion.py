@@ -98,7 +98,21 @@ CASES = [
         ],
     ),  # fmt: skip
     ("exosuit dev", ["device"]),
-    ("exosuit device ", ["drain", "health", "inactive", "list", "ready", "show", "undrain"]),
+    (
+        "exosuit device ",
+        [
+            "delete",
+            "drain",
+            "health",
+            "inactive",
+            "list",
+            "ready",
+            "set",
+            "show",
+            "undrain",
+            "unset",
+        ],
+    ),
     ("exosuit claim ", ["create", "list", "release", "renew", "show"]),
     ("exosuit partition ", ["set", "show"]),
     ("exosuit audit ", ["list", "show"]),

@@ -309,3 +309,22 @@ def test_the_schema_check_refuses_what_the_api_server_would():
         )
     )
     assert broken(lambda b: b["spec"]["devices"][0].update(capacity={"memory": {"value": "16 GB"}}))
+
+
+def test_labels_are_attributes_of_their_domain_when_their_key_can_be_a_name():
+    """An operator's labels (API 2.10) are published under labels.exosuit.dev, each
+    whose key is a C identifier of at most 32 characters (resource.k8s.io's rule for an
+    attribute's name); team.ml and cooling-zone cannot be, and are left out."""
+    labels = {f"k{i:02}": "v" for i in range(15)} | {"rack": "a1"}
+    labels |= {"team.ml": "vision", "cooling-zone": "north", "x" * 33: "long"}
+    inventory, _, _ = fpga_inventory(1, numa_node=1, labels=labels)
+    [found] = published(inventory).values()
+    published_labels = {
+        name.split("/", 1)[1]: value["string"]
+        for name, value in attributes(found).items()
+        if name.startswith(f"{slices.LABELS_DOMAIN}/")
+    }
+    assert published_labels == {f"k{i:02}": "v" for i in range(15)} | {"rack": "a1"}
+    # 16 labels at most (exosuit/schemas/labels.py) fit beside Exosuit's own attributes.
+    [built] = slices.build_slices(NODE, [[found]], 1)
+    assert slice_errors(slices.serialize(built)) == []

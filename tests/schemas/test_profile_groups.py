@@ -114,6 +114,13 @@ REFUSED = [
     ({"accel:same_pcie_root": "yes"}, "accel:same_pcie_root must be 'true' or 'false', not 'yes'"),
     ({"accel:label:": "x"}, "accel:label: needs a label key and a value"),
     ({"accel:label:team": " "}, "accel:label:team needs a label key and a value"),
+    # a label no device can have (exosuit/schemas/labels.py)
+    (
+        {"accel:label:Team": "ml"},
+        "accel:label:Team: label key 'Team' is not 1-63 lower-case letters, digits",
+    ),
+    ({"accel:label: team": "ml"}, "accel:label: team: label key ' team' is not"),
+    ({"accel:label:team": "x" * 64}, "accel:label:team: the value of label team"),
     # the first key refused is the one named
     ({"resources:FPGA": "1", "trait:X": "maybe", "bad": "1"}, "unsupported trait name 'X'"),
 ]

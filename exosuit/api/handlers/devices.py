@@ -1,5 +1,6 @@
 """/v2/devices: list, show, enable, disable; /v2/device_activations (2.7): mark devices
-ready or inactive; drain and undrain, health (2.9) (doc/devices.md)."""
+ready or inactive; drain and undrain, health (2.9); delete a lost device,
+/v2/device_labels (2.10) (doc/devices.md)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from exosuit.db import devices as db
 from exosuit.db import drain as drain_db
 from exosuit.db import health as health_db
 from exosuit.schemas import JSONObject
+from exosuit.schemas import labels as labels_rules
 
 SORT_KEYS = set(db.SORT_COLUMNS)
 
@@ -72,6 +74,9 @@ def _serialize(req: wsgi.Request, device: db.DeviceRow) -> JSONObject:
         body["holders"] = device["holders"]
         # Health: offered, or held back until it recovers or is cleared (doc/devices.md).
         body["health"] = _health(req, health_db.view(device, _recover_after(req)))
+    if req.version.matches((2, 10)):
+        # An operator's labels (doc/devices.md, "Labels"): {} when none.
+        body["labels"] = labels_rules.decode(device["labels"])
     return body
 
 
@@ -94,15 +99,38 @@ def _filter_names(req: wsgi.Request) -> tuple[str, ...]:
     return db.FILTERS[:4] if req.version.matches((2, 3)) else db.FILTERS[:3]
 
 
+def label_filter(req: wsgi.Request) -> dict[str, str]:
+    """The ``label=key=value`` filters of a list (2.10; repeatable: every one must
+    match), 400 ``exosuit.query.label`` for one that is not a label."""
+    if not req.version.matches((2, 10)):
+        return {}
+    wanted: dict[str, str] = {}
+    for text in req.GET.getall("label"):
+        try:
+            key, value = labels_rules.parse_selector(text)
+        except labels_rules.LabelInvalid as error:
+            raise wsgi.ApiError(400, f"label: {error}.", "exosuit.query.label") from None
+        if wanted.get(key, value) != value:
+            raise wsgi.ApiError(400, f"label: {key} asked twice.", "exosuit.query.label")
+        wanted[key] = value
+    return wanted
+
+
 def list_devices(req: wsgi.Request) -> wsgi.Response:
     """200 ``{"devices": [...]}``; exact-match filters type, vendor, hostname (and
-    status from 2.3, activation from 2.7; services and usage shown from 2.7)."""
+    status from 2.3, activation from 2.7, label from 2.10; services and usage shown from
+    2.7)."""
     req.app.authorize(req, policies.GET_ALL)
     filters = {n: v for n in _filter_names(req) if (v := pagination.text_param(req, n)) is not None}
     page = pagination.page_from_request(req, SORT_KEYS)
     details, maintenance = req.version.matches((2, 7)), req.version.matches((2, 9))
     rows = req.app.db.read(
-        db.list_devices, filters=filters, page=page, details=details, maintenance=maintenance
+        db.list_devices,
+        filters=filters,
+        labels=label_filter(req),
+        page=page,
+        details=details,
+        maintenance=maintenance,
     )
     body: JSONObject = {}
     rows = pagination.next_link(req, page, rows, body)
@@ -212,6 +240,35 @@ def activate_devices(req: wsgi.Request) -> wsgi.Response:
     return wsgi.json_response(202, {"state": body["state"], "devices": devices})
 
 
+def delete_device(req: wsgi.Request) -> wsgi.Response:
+    """204 (2.10): a lost device (gone from its host's report while held) that nothing
+    holds any more is deleted with its deployables, attach handles and services; its
+    providers leave Placement. 409 ``exosuit.device.not_lost`` for a device its host
+    still reports (present, or missing within the removal grace), 409
+    ``exosuit.device.in_use`` naming the ARQs that hold it, 404 for none."""
+    req.app.authorize(req, policies.DELETE)
+    uuid = req.arg("uuid")
+    if not wsgi.is_uuid_like(uuid):  # no device has such an id
+        raise exceptions.DeviceNotFound(uuid=uuid)
+    req.app.db.write(db.delete_lost, uuid)
+    return wsgi.json_response(204)
+
+
+def label_devices(req: wsgi.Request) -> wsgi.Response:
+    """200 ``{"devices": [{"uuid", "hostname", "labels", "outcome"}]}`` (2.10): the labels
+    of ``set`` set and the keys of ``unset`` removed on every device of ``uuids``, all or
+    none; each device's outcome is changed or unchanged. 400
+    ``exosuit.device.labels_invalid`` for a key or value the rules refuse (or more than
+    16 labels on a device), 404 naming each uuid that names no device; nothing changes
+    then."""
+    req.app.authorize(req, policies.LABEL)
+    body = wsgi.extract_json(req, schema.POST_DEVICE_LABELS_V2_10)
+    outcomes = req.app.db.write(
+        db.set_labels, body["uuids"], set_=body.get("set", {}), unset=body.get("unset", [])
+    )
+    return wsgi.json_response(200, {"devices": outcomes})
+
+
 # -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
 
 SHAPES: dict[str, Schema] = {
@@ -249,6 +306,11 @@ SHAPES: dict[str, Schema] = {
             "maintenance": {"description": "from 2.9", "enum": ["draining", "drained", None]},
             "holders": {"type": "array", "items": ref("Holder")},
             "health": {**ref("DeviceHealthState"), "description": "from 2.9"},
+            "labels": {
+                "type": "object",
+                "additionalProperties": STR,
+                "description": "from 2.10: an operator's labels, key → value",
+            },
         },
     ),
     "DeviceHealthState": obj(
@@ -298,6 +360,21 @@ SHAPES: dict[str, Schema] = {
             "holders": {"type": "array", "items": ref("Holder")},
         }
     ),
+    "LabelOutcomes": obj(
+        {
+            "devices": {
+                "type": "array",
+                "items": obj(
+                    {
+                        "uuid": STR,
+                        "hostname": STR,
+                        "labels": {"type": "object", "additionalProperties": STR},
+                        "outcome": {"enum": ["changed", "unchanged"]},
+                    }
+                ),
+            },
+        }
+    ),
     "DeviceService": obj(
         {
             "kind": STR,
@@ -334,11 +411,26 @@ OPERATIONS: dict[Handler, Operation] = {
                 query(name, STR, "Exact match" + (" (from 2.3)." if name == "status" else "."))
                 for name in db.FILTERS
             ),
+            query(
+                "label",
+                STR,
+                "key=value: only devices with this label (from 2.10; repeatable, every "
+                "one must match).",
+            ),
             *paged(SORT_KEYS),
         ),
         returns=list_of("devices", "Device"),
     ),
     get_device: Operation("Show a device", errors=(404,), returns=ref("Device")),
+    delete_device: Operation(
+        "Delete a lost device that nothing holds (2.10)", ok=(204,), errors=(404, 409)
+    ),
+    label_devices: Operation(
+        "Set or remove labels on devices (2.10)",
+        errors=(400, 404),
+        body=schema.POST_DEVICE_LABELS_V2_10,
+        returns=ref("LabelOutcomes"),
+    ),
     activate_devices: Operation(
         "Mark devices ready or inactive",
         ok=(202,),

@@ -18,6 +18,9 @@ DRAIN = "exosuit:device:drain"
 UNDRAIN = "exosuit:device:undrain"
 # Microversion 2.9: clear a device's health (offered again) or hold it back by hand.
 HEALTH = "exosuit:device:health"
+# Microversion 2.10: delete a lost device; set or remove devices' labels.
+DELETE = "exosuit:device:delete"
+LABEL = "exosuit:device:label"
 
 _PATH = "/v2/devices"
 
@@ -76,6 +79,20 @@ _rules = [
         base.ADMIN,
         "Clear a device held back as unhealthy (offered again now), or hold one back by hand.",
         [{"path": _PATH + "/{uuid}/health", "method": "POST"}],
+        scope_types=["project"],
+    ),
+    policy.DocumentedRuleDefault(
+        DELETE,
+        base.ADMIN,
+        "Delete a lost device (gone from its host while held) that nothing holds any more.",
+        [{"path": _PATH + "/{uuid}", "method": "DELETE"}],
+        scope_types=["project"],
+    ),
+    policy.DocumentedRuleDefault(
+        LABEL,
+        base.ADMIN,
+        "Set or remove labels on devices (selectable in device profiles as accel:label:).",
+        [{"path": "/v2/device_labels", "method": "POST"}],
         scope_types=["project"],
     ),
 ]

@@ -1,5 +1,7 @@
-"""Device bodies: POST /v2/device_activations (2.7), POST /v2/devices/{uuid}/health (2.9)
-(doc/devices.md)."""
+"""Device bodies: POST /v2/device_activations (2.7), POST /v2/devices/{uuid}/health (2.9),
+POST /v2/device_labels (2.10) (doc/devices.md)."""
+
+from exosuit.schemas import labels
 
 # Free text without control characters (PostgreSQL refuses NUL in a string).
 _TEXT = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[^\\x00-\\x1f\\x7f]*$"}
@@ -39,5 +41,32 @@ POST_DEVICE_HEALTH_V2_9 = {
         },
         {"required": ["hold"], "not": {"required": ["clear"]}},
     ],
+    "additionalProperties": False,
+}
+
+
+# Labels set and removed on the devices named, all or none (doc/devices.md, "Labels"): at
+# least one label set or unset. The shape only: the rules of keys and values are checked
+# by the database floor (exosuit/db/devices.py set_labels, exosuit/schemas/labels.py),
+# whose 400 says which one and why in words rather than a pattern.
+_LABEL_KEY = {"type": "string", "minLength": 1, "maxLength": 63}
+POST_DEVICE_LABELS_V2_10 = {
+    "type": "object",
+    "properties": {
+        "uuids": {"type": "array", "items": _UUID, "minItems": 1, "maxItems": 1000},
+        "set": {
+            "type": "object",
+            "propertyNames": _LABEL_KEY,
+            "additionalProperties": {"type": "string"},
+            "maxProperties": labels.MAX_LABELS,
+        },
+        "unset": {
+            "type": "array",
+            "items": _LABEL_KEY,
+            "uniqueItems": True,
+            "maxItems": 100,
+        },
+    },
+    "required": ["uuids"],
     "additionalProperties": False,
 }

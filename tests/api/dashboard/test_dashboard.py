@@ -281,6 +281,14 @@ def test_host_page_shows_devices_deployables_and_attach_handles(server, open_pag
 def test_device_page_shows_the_device_and_its_handles(server, open_page):
     device = _device(server, "FPGA")
     handles = api_json(server, f"/v2/attach_handles?device_uuid={device['uuid']}")
+    labelled = api(
+        server,
+        "POST",
+        "/v2/device_labels",
+        json={"uuids": [device["uuid"]], "set": {"rack": "a1", "team.ml": "vision"}},
+        headers={"OpenStack-API-Version": "accelerator 2.10"},
+    )
+    assert labelled.status_code == 200, labelled.text
     page = open_page(dashboard(server, f"/hosts/{server.host}"))
     card(page, "Devices").get_by_role("link", name=device["model"]).click()
 
@@ -290,6 +298,7 @@ def test_device_page_shows_the_device_and_its_handles(server, open_page):
     facts = card(page, "Device")
     for value in (device["uuid"], device["pci_address"], device["driver_name"], device["status"]):
         expect(facts).to_contain_text(value)
+    expect(facts).to_contain_text("rack=a1, team.ml=vision")
     expect(card(page, "Attach handles").locator("tbody tr")).to_have_count(
         len(handles["attach_handles"])
     )

@@ -1,5 +1,5 @@
-// #/devices/UUID: one device: what the agent reported, its deployables and attach
-// handles, and the admin's Enable/Disable.
+// #/devices/UUID: one device: what the agent reported, an operator's labels (2.10), its
+// deployables and attach handles, and the admin's Enable/Disable.
 
 import * as api from "./api.js";
 import { h, badge, facts, hostLink, section, time } from "./dom.js";
@@ -21,13 +21,19 @@ function toggle(device) {
   );
 }
 
+// An operator's labels as "key=value, …" (— for none).
+function labelsText(labels) {
+  const pairs = Object.entries(labels || {}).map(([key, value]) => `${key}=${value}`);
+  return pairs.length ? pairs.join(", ") : "—";
+}
+
 export default {
   route: "/devices/:uuid",
   title: (params, data) =>
     data ? `${data.device.type} ${data.device.model} on ${data.device.hostname}` : "Device",
   async load({ uuid }) {
     const [device, handles] = await Promise.all([
-      api.get(`v2/devices/${encodeURIComponent(uuid)}`),
+      api.get(`v2/devices/${encodeURIComponent(uuid)}`, "2.10"),
       api.listAll("v2/attach_handles", "attach_handles", { device_uuid: uuid, sort_key: "uuid", sort_dir: "asc" }),
     ]);
     return { device, handles, deployables: await deployablesOf(handles) };
@@ -48,6 +54,7 @@ export default {
           ["Firmware", device.firmware_version],
           ["Status", badge(device.status)],
           ["Presence", [badge(device.presence), device.presence_reason ? ` ${device.presence_reason}` : ""]],
+          ["Labels", labelsText(device.labels)],
           ["Board", h("code", { class: "wrap" }, device.std_board_info || "—")],
           ["Vendor board", h("code", { class: "wrap" }, device.vendor_board_info || "—")],
           ["Known since", time(device.created_at)],
