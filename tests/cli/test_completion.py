@@ -94,6 +94,7 @@ CASES = [
             "partition",
             "profile",
             "serve",
+            "server",
             "service",
         ],
     ),  # fmt: skip
@@ -101,6 +102,7 @@ CASES = [
     ("exosuit device ", ["drain", "health", "inactive", "list", "ready", "show", "undrain"]),
     ("exosuit claim ", ["create", "list", "release", "renew", "show"]),
     ("exosuit partition ", ["set", "show"]),
+    ("exosuit server ", ["attach", "detach"]),
     ("exosuit audit ", ["list", "show"]),
     ("exosuit profile ", ["create", "delete", "list", "show"]),
     ("exosuit image ", ["delete", "list", "show", "upload"]),
