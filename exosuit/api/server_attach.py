@@ -96,7 +96,8 @@ def attach(req: wsgi.Request, server: str, profile: str, hostname: str | None) -
     """The claim of consumer ``server`` for ``profile`` (on ``hostname``, or any one
     host): made, or the live one found again (``created`` False). 409
     ``exosuit.server.nova_managed`` for Nova's server, ``exosuit.server.attached`` when
-    it holds another profile's claim; the claim's own refusals otherwise."""
+    it holds another profile's claim (or this one's on another host than
+    ``hostname``); the claim's own refusals otherwise."""
     _refuse_nova(req, server, profile, attaching=True)
     request = db.ClaimRequest(
         project_id=req.context.project_id,
@@ -108,10 +109,12 @@ def attach(req: wsgi.Request, server: str, profile: str, hostname: str | None) -
     # A consumer holds one live claim (exosuit/db/claims.py create): the one found may be
     # another profile's, attached before (or meanwhile).
     created = claim_saga.make(req, request)
-    held = created.claim["device_profile_name"]
-    if not created.created and held != profile:
+    held, on = created.claim["device_profile_name"], created.claim["hostname"]
+    if not created.created and (held != profile or hostname not in (None, on)):
         what = f"device profile {held}" if held else "attach handles named by uuid"
-        raise exceptions.ServerAttached(server=server, claim=created.claim["uuid"], held=what)
+        raise exceptions.ServerAttached(
+            server=server, claim=created.claim["uuid"], held=f"{what} on host {on}"
+        )
     return created
 
 

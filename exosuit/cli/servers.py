@@ -22,8 +22,7 @@ def _server(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "server",
         metavar="SERVER",
-        help="The server's id: a Nova server's UUID, or any consumer id (at most 255 "
-        "characters).",
+        help="The server's id: a Nova server's UUID, or any consumer id (at most 255 characters).",
     )
 
 

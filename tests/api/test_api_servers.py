@@ -62,6 +62,14 @@ def test_attach_is_the_servers_claim_and_detach_releases_it(world):
     # Attach again: the same claim (idempotent), 200 this time; nothing more held.
     again = attach(world, server, {"device_profile_name": "fpga"}, 200)
     assert again["uuid"] == claim["uuid"] and world.held() == 1
+    body = {"device_profile_name": "fpga", "hostname": claim["hostname"]}
+    assert attach(world, server, body, 200)["uuid"] == claim["uuid"]
+    # On another host than the one it holds its devices on: refused, not ignored.
+    elsewhere = OTHER if claim["hostname"] == HOST else HOST
+    error = attach(world, server, {**body, "hostname": elsewhere}, 409)
+    assert error["code"] == "exosuit.server.attached"
+    assert f"device profile fpga on host {claim['hostname']}" in error["faultstring"]
+    assert world.held() == 1
 
     detached = detach(world, server, {}, 200)["claims"]
     assert [(c["uuid"], c["state"]) for c in detached] == [(claim["uuid"], "released")]
