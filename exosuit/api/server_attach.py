@@ -74,8 +74,11 @@ def _refuse_nova(req: wsgi.Request, server: str, profile: str | None, attaching:
     found = nova_server(req, server)
     if found is None:
         return
-    specs = (found.get("flavor") or {}).get("extra_specs") or {}
-    held = specs.get("accel:device_profile")
+    # The flavor's extra specs: in the server from compute 2.47 on, if Nova's policy
+    # shows them to the caller.
+    flavor = found.get("flavor")
+    specs = flavor.get("extra_specs") if isinstance(flavor, dict) else None
+    held = specs.get("accel:device_profile") if isinstance(specs, dict) else None
     holds = f" (its flavor's accel:device_profile: {held})" if held else ""
     if attaching:
         instead = (
