@@ -18,7 +18,8 @@
     │   ├── ProgramNotFound
     │   ├── DiscoveryNotFound
     │   ├── ClaimNotFound
-    │   └── AuditEventNotFound
+    │   ├── AuditEventNotFound
+    │   └── ServerNotAttached    detach: no live claim of that server (consumer)
     ├── Conflict
     │   ├── DeviceProfileExists
     │   ├── DeviceProfileInUse
@@ -44,7 +45,9 @@
     │   ├── PartitionSuperseded  an agent's outcome of a layout changed since
     │   ├── ClaimUnsatisfiable   no devices for a claim (nothing is held)
     │   ├── ClaimReleased        renewing a released claim
-    │   └── ARQClaimed           an ARQ a claim holds, changed through the ARQ API
+    │   ├── ARQClaimed           an ARQ a claim holds, changed through the ARQ API
+    │   ├── ServerAttached       attach: the server holds another profile's claim
+    │   └── ServerManagedByNova  attach/detach: Nova's server keeps its accelerators
     ├── ImageInvalid             the data does not match its size, hash or signature
     │   └── ImageSignatureInvalid  a required signature is missing, unknown or wrong
     ├── ImageTooLarge            above [images] max_size
@@ -422,3 +425,24 @@ class ARQClaimed(Conflict):
         "(DELETE /v2/claims/%(claim)s)."
     )
     code = "exosuit.arq.claimed"
+
+
+# Attaching devices to a server, detaching them (microversion 2.10, doc/standalone.md)
+
+
+class ServerNotAttached(NotFound):
+    msg_fmt = "Server %(server)s has nothing attached%(what)s: %(why)s"
+    code = "exosuit.server.not_attached"
+
+
+class ServerAttached(Conflict):
+    msg_fmt = (
+        "Server %(server)s already holds claim %(claim)s (%(held)s): detach it first "
+        "(POST /v2/servers/%(server)s/detach); a server holds one attachment."
+    )
+    code = "exosuit.server.attached"
+
+
+class ServerManagedByNova(Conflict):
+    msg_fmt = "Server %(server)s is Nova's%(holds)s. %(refusal)s %(instead)s"
+    code = "exosuit.server.nova_managed"

@@ -66,6 +66,7 @@ from exosuit.api.handlers import (
     metrics,
     partitions,
     root,
+    servers,
     services,
     summary,
 )
@@ -112,6 +113,7 @@ DESCRIBED: tuple[ModuleType, ...] = (
     drivers,
     discoveries,
     claims,
+    servers,
     partitions,
     attributes,
     hosts,

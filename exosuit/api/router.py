@@ -37,6 +37,7 @@ from exosuit.api.handlers import (
     metrics,
     partitions,
     root,
+    servers,
     services,
     summary,
 )
@@ -84,7 +85,7 @@ V2_7 = (2, 7)
 V2_8 = (2, 8)
 # Microversion 2.9 (running a fleet: health, drain, partitions, audit).
 V2_9 = (2, 9)
-# Microversion 2.10 (say no to what cannot be honoured; device CRUD completes).
+# Microversion 2.10 (say no to what cannot be honoured; device CRUD, attach and detach).
 V2_10 = (2, 10)
 
 # path template → {method: handler}
@@ -184,6 +185,9 @@ ROUTES: dict[str, dict[str, Handler]] = {
     # Microversion 2.9: the audit trail (doc/audit.md).
     "/v2/audit_events": since(V2_9, {"GET": audit.list_audit_events}),
     "/v2/audit_events/{id}": since(V2_9, {"GET": audit.get_audit_event}),
+    # Microversion 2.10: a profile's devices for a server (doc/standalone.md, "Servers").
+    "/v2/servers/{server}/attach": since(V2_10, {"POST": servers.attach_server}),
+    "/v2/servers/{server}/detach": since(V2_10, {"POST": servers.detach_server}),
     "/agent/v1/hosts/{hostname}/inventory": {"PUT": agent.put_inventory},
     "/agent/v1/hosts/{hostname}/accelerator_requests/{uuid}": {
         "PUT": agent_arqs.put_host_work,

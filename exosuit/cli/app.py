@@ -29,6 +29,7 @@ from exosuit.cli import (
     partitions,
     profiles,
     serve,
+    servers,
     services,
 )
 from exosuit.cli.base import ApiCommand
@@ -85,6 +86,8 @@ COMMANDS: dict[str, type[Command]] = {
     "profile list": profiles.ProfileList,
     "profile show": profiles.ProfileShow,
     "serve": serve.Serve,
+    "server attach": servers.ServerAttach,
+    "server detach": servers.ServerDetach,
     "service list": services.ServiceList,
 }
 

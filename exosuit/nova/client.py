@@ -1,12 +1,15 @@
-"""The one Nova call Exosuit makes: ``POST /os-server-external-events``.
+"""The two Nova calls Exosuit makes: ``POST /os-server-external-events`` (the
+conductor tells Nova how a bind ended) and ``GET /servers/{id}`` (whether Nova manages
+a server a caller attaches devices to: doc/nova.md "Attach and detach").
 
 ``NovaClient`` takes its keystoneauth ``Adapter`` as a parameter: in a cloud it
 is built from ``[nova]`` (service type ``compute``, any auth plugin, the catalog
 or ``endpoint_override``) by ``make_adapter``, wrapped with a service token from
 ``[service_user]`` when ``send_service_user_token`` is set, as Nova wraps its
-own outgoing calls; tests hand it one pointed at a Nova on loopback. Every call
-names compute microversion 2.82, the first that knows the
-``accelerator-request-bound`` event. keystoneauth's and Nova's errors are
+own outgoing calls; for a caller's question it carries the caller's token instead
+(``user_auth``), as Nova calls Cyborg for a user. Tests hand it one pointed at a
+Nova on loopback. Every call names compute microversion 2.82, the first that knows
+the ``accelerator-request-bound`` event. keystoneauth's and Nova's errors are
 translated here, at one boundary, into ``exosuit.exceptions.NovaError`` and
 ``NovaUnavailable``.
 """
@@ -21,6 +24,7 @@ import requests
 from keystoneauth1 import adapter as ksa_adapter
 from keystoneauth1 import exceptions as ksa_exc
 from keystoneauth1 import loading as ks_loading
+from keystoneauth1 import plugin as ksa_plugin
 from keystoneauth1 import service_token
 from oslo_config import cfg
 
@@ -33,6 +37,7 @@ LOG = logging.getLogger(__name__)
 
 MICROVERSION = "2.82"
 PATH = "/os-server-external-events"
+SERVER = "/servers/%s"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +89,34 @@ class NovaClient:
             raise exceptions.NovaUnavailable(method=method, url=url, detail=f"{status}: {detail}")
         raise exceptions.NovaError(method=method, url=url, status=status, detail=detail)
 
+    def server(self, uuid: str) -> JSONObject | None:
+        """Nova's server ``uuid`` as the adapter's user sees it (``GET /servers/{id}``),
+        None when Nova answers 404 (no such server, or not the user's). Raises
+        ``NovaUnavailable`` (unreachable, timed out, 5xx, 401, 403) and ``NovaError``
+        (any other answer)."""
+        method, url = "GET", SERVER % uuid
+        try:
+            response = self.adapter.get(url, microversion=MICROVERSION, raise_exc=False)
+        except ksa_exc.ClientException as error:  # unreachable, timeout, no endpoint, auth
+            raise exceptions.NovaUnavailable(method=method, url=url, detail=str(error)) from error
+        status: int = response.status_code
+        if status == 200:
+            try:
+                server: Any = response.json()["server"]
+            except (ValueError, KeyError, TypeError):
+                server = None
+            if isinstance(server, dict):
+                return server
+            raise exceptions.NovaError(
+                method=method, url=url, status=status, detail="no server in the answer"
+            )
+        if status == 404:
+            return None
+        detail = _detail(response)
+        if status >= 500 or status in (401, 403, 408, 429):
+            raise exceptions.NovaUnavailable(method=method, url=url, detail=f"{status}: {detail}")
+        raise exceptions.NovaError(method=method, url=url, status=status, detail=detail)
+
 
 def _events_of(response: requests.Response, sent: list[JSONObject]) -> list[JSONObject]:
     """Nova's per-event answers; the events as sent (code 200) if the body has none."""
@@ -109,16 +142,21 @@ def _detail(response: requests.Response) -> str:
     return " ".join((response.text or "").split())[:500]
 
 
-def make_adapter(conf: cfg.ConfigOpts) -> ksa_adapter.Adapter | None:
+def make_adapter(
+    conf: cfg.ConfigOpts, user_auth: ksa_plugin.BaseAuthPlugin | None = None
+) -> ksa_adapter.Adapter | None:
     """A keystoneauth Adapter for Nova from ``[nova]``, or None when no auth plugin is
-    configured there (standalone: nobody to notify).
+    configured there (standalone: nobody to notify, no server of Nova's).
 
-    With ``[service_user] send_service_user_token``, every call also carries a
-    service token (``X-Service-Token``) from ``[service_user]``'s credentials.
+    ``user_auth``: the caller's (keystonemiddleware's ``keystone.token_auth``): the calls
+    carry the caller's token, and find Nova in its catalog, instead of ``[nova]``'s
+    user (Nova shows a server to its project and to admins only). With
+    ``[service_user] send_service_user_token``, every call also carries a service
+    token (``X-Service-Token``) from ``[service_user]``'s credentials.
     """
     if not conf.nova.auth_type:
         return None
-    auth = ks_loading.load_auth_from_conf_options(conf, "nova")
+    auth = user_auth or ks_loading.load_auth_from_conf_options(conf, "nova")
     if auth is None:  # [nova] auth_section names a group without an auth_type
         return None
     if conf.service_user.send_service_user_token:

@@ -27,6 +27,8 @@ its ARQ ownership and service-token rules (§1.7):
 * standalone claims (2.8): made, released and renewed by a project member or an admin,
   read by a project reader or an admin; a claim of another project is not found (404)
   and lists come back empty; an agent's CDI report as an admin or a service;
+* a server's attach and detach (2.10): by a project member or an admin, as claims (an
+  attachment is a claim); another project's attachment is not found (404);
 * ``/``, ``/v2``, ``/healthz``, ``/metrics``, ``/openapi.json``: everyone, with or
   without identity.
 
@@ -82,6 +84,8 @@ DEVICES_2_7 = "2.7"  # activation, services, drivers, discoveries exist from thi
 CLAIMS = "2.8"  # standalone claims exist from this microversion on
 DRAIN = "2.9"  # drain (and partitions) exist from this microversion on
 LABELS = "2.10"  # deleting a lost device and labels exist from this microversion on
+SERVERS = "2.10"  # a server's attach and detach exist from this microversion on
+SERVER = "policy-server"  # the consumer of the world's claim (a server's, for detach)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +120,7 @@ ARQ_NOT_FOUND = Outcome(404, "exosuit.arq.not_found")
 BAD_STATE = Outcome(409, "exosuit.arq.bad_state")
 IMAGE_UNSEEN = Outcome(404, "exosuit.image.not_found")
 CLAIM_NOT_FOUND = Outcome(404, "exosuit.claim.not_found")
+NOT_ATTACHED = Outcome(404, "exosuit.server.not_attached")
 
 
 @dataclasses.dataclass
@@ -1247,6 +1252,27 @@ OPS: list[Op] = [
         happened=lambda a, w, h: _claim(a, w)["cdi"]["state"] == "failed",
         claimed=True,
     ),
+    # A server's attach and detach (2.10): a claim of the caller's project whose consumer
+    # is the server, as claims are made and released.
+    Op(
+        "server attach",
+        "/v2/servers/{server}/attach",
+        "POST",
+        lambda c, w: c.post(
+            f"/v2/servers/{SERVER}/attach", {"device_profile_name": "spare"}, version=SERVERS
+        ),
+        {**everyone(CREATED), "reader": DENIED, "service": DENIED},
+        happened=lambda a, w, h: [c["consumer"] for c in _claims_of(a, h)] == [SERVER],
+    ),
+    Op(
+        "server detach",
+        "/v2/servers/{server}/detach",
+        "POST",
+        lambda c, w: c.post(f"/v2/servers/{SERVER}/detach", {}, version=SERVERS),
+        {**everyone(OK), "other_member": NOT_ATTACHED, "reader": DENIED, "service": DENIED},
+        happened=lambda a, w, h: _claim(a, w)["state"] == "released",
+        claimed=True,
+    ),
 ]
 
 CASES = [(op, persona) for op in OPS for persona in op.expect]
@@ -1334,7 +1360,7 @@ def build_world(
         assert r.status_code == 202, r.text
         world.partition_generation = r.json["generation"]
     if op.claimed:
-        body = {"device_profile_name": "spare", "container": True}
+        body = {"device_profile_name": "spare", "container": True, "consumer": SERVER}
         r = api.as_(PERSONAS["member"]).post("/v2/claims", body, version=CLAIMS)
         assert r.status_code == 201, r.text
         world.claim = r.json["uuid"]

@@ -94,6 +94,7 @@ CASES = [
             "partition",
             "profile",
             "serve",
+            "server",
             "service",
         ],
     ),  # fmt: skip
@@ -115,6 +116,7 @@ CASES = [
     ),
     ("exosuit claim ", ["create", "list", "release", "renew", "show"]),
     ("exosuit partition ", ["set", "show"]),
+    ("exosuit server ", ["attach", "detach"]),
     ("exosuit audit ", ["list", "show"]),
     ("exosuit profile ", ["create", "delete", "list", "show"]),
     ("exosuit image ", ["delete", "list", "show", "upload"]),

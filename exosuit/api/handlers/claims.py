@@ -30,7 +30,15 @@ from exosuit.api.schemas import claims as schema
 from exosuit.api.schemas import limits
 from exosuit.db import claims as db
 
-__all__ = ["PAGING", "create_claim", "delete_claim", "get_claim", "list_claims", "renew_claim"]
+__all__ = [
+    "PAGING",
+    "create_claim",
+    "delete_claim",
+    "get_claim",
+    "list_claims",
+    "renew_claim",
+    "serialize",
+]
 
 PAGING = pagination.Paging(sort_keys=frozenset(db.SORT_COLUMNS))
 
@@ -67,6 +75,10 @@ def _serialize(req: wsgi.Request, claim: dict[str, Any]) -> dict[str, Any]:
         "cdi": {"state": claim["cdi_state"], "reason": claim["cdi_reason"]},
         "links": [req.link("claims", claim["uuid"])],
     }
+
+
+# The same CLAIM answers a server's attach and detach (exosuit/api/handlers/servers.py).
+serialize = _serialize
 
 
 def _scope(req: wsgi.Request) -> db.Scope:

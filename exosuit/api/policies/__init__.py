@@ -30,6 +30,7 @@ from exosuit.api.policies import (
     images,
     jobs,
     partitions,
+    servers,
     services,
     summary,
 )
@@ -58,6 +59,7 @@ def list_rules() -> list[policy.RuleDefault]:
             claims.list_rules(),
             partitions.list_rules(),
             audit.list_rules(),
+            servers.list_rules(),
         )
     )
 
