@@ -214,7 +214,13 @@ def test_job_retry_makes_a_failed_job_pending(cli, api, failed_job):
 
 
 def test_job_retry_of_a_job_that_has_not_failed_is_refused(cli, api, failed_job):
-    done = next(j for j in api.list("/v2/jobs", "jobs", "2.5") if j["state"] != "failed")
+    # A job that succeeded (a periodic one): a pending one may fail before the retry.
+    done = _wait_for(
+        lambda: next(
+            (j for j in api.list("/v2/jobs", "jobs", "2.5") if j["state"] == "succeeded"), None
+        ),
+        "a succeeded job",
+    )
 
     result = cli.run("job", "retry", str(done["id"]), check=False)
 
