@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -49,6 +48,7 @@ __all__ = [
     "SPARE",
     "TOPOLOGY",
     "UNHEALTHY",
+    "UNPAIRED",
     "WRONG_RESOURCE_CLASS",
     "Candidate",
     "Constraints",
@@ -79,6 +79,8 @@ NUMA_NODE = "numa_node"
 LABEL = "label"
 HELD = "held"
 TOPOLOGY = "topology"
+# Free and fit for its group, on a host where another group finds no device.
+UNPAIRED = "unpaired"
 # A host: a group of the profile finds no deployable there.
 NO_FIT = "no_fit"
 ORDER = (
@@ -95,6 +97,7 @@ ORDER = (
     LABEL,
     HELD,
     TOPOLOGY,
+    UNPAIRED,
 )
 # How the summary names a reason when its deployables differ in the detail.
 _GENERIC = {
@@ -111,9 +114,12 @@ _GENERIC = {
     LABEL: "missing a label",
     HELD: "held",
     TOPOLOGY: "not placed together with the other groups' devices",
+    UNPAIRED: "free, but alone on their host",
 }
-# Holders a verdict or the summary names at most.
+# Holders a verdict or the summary names at most; the different things the summary
+# says of one reason at most (beyond: its generic phrase).
 MAX_HOLDERS = 3
+MAX_SAID = 3
 
 dep = models.deployables
 dev = models.devices
@@ -250,13 +256,23 @@ class Evaluation:
                 why = "; ".join(f"host {v.hostname}: {v.message}" for v in hosts)
                 return f"No device on {where} can take the claim: {why}."
             return f"No device on {where} can take the claim: none has a resource provider."
+        # A reason's deployables together, or by what is said of them when that is one
+        # of a few things (NUMA node 0, not 1; a label), the most common first.
         by_code: dict[str, list[Verdict]] = {}
         for verdict in passed:
             by_code.setdefault(verdict.code, []).append(verdict)
-        counted = Counter({code: len(found) for code, found in by_code.items()})
-        ranked = sorted(counted, key=lambda c: (-counted[c], ORDER.index(c)))
-        parts = [f"{counted[code]} {_phrase(code, by_code[code])}" for code in ranked]
-        return f"No device on {where} can take the claim: {', '.join(parts)}."
+        parts: list[tuple[int, int, str]] = []
+        for code, found in by_code.items():
+            said: dict[str, list[Verdict]] = {}
+            for verdict in found:
+                said.setdefault(verdict.message, []).append(verdict)
+            if code == HELD or len(said) > MAX_SAID:
+                said = {"": found}
+            for same in said.values():
+                parts.append((-len(same), ORDER.index(code), f"{len(same)} {_phrase(code, same)}"))
+        return (
+            f"No device on {where} can take the claim: {', '.join(p for *_, p in sorted(parts))}."
+        )
 
 
 def _phrase(code: str, verdicts: Sequence[Verdict]) -> str:
@@ -342,17 +358,18 @@ def _blocked(row: sa.Row[*tuple[Any, ...]], cutoff: dt.datetime | None) -> tuple
     """Why the device takes no bind at all, as a bind would say it (exosuit/db/arqs.py
     _find_deployable), or None; a host whose last report is older than ``cutoff`` too."""
     if row.presence != "present":
-        return NOT_REPORTING, f"{row.presence}: its host no longer reports it"
+        return NOT_REPORTING, f"not reporting ({row.presence}: its host no longer reports it)"
     if cutoff is not None and row.last_report_at is not None and row.last_report_at < cutoff:
         when = row.last_report_at.replace(microsecond=0).isoformat()
-        return NOT_REPORTING, f"its host has not reported since {when}Z"
+        return NOT_REPORTING, f"not reporting (its host last reported at {when}Z)"
     if row.status != "enabled":
         return DRAINED, f"drained (status {row.status})"
     if row.health_held is not None:
-        why = f": {row.health_reason}" if row.health_reason else ""
-        return UNHEALTHY, f"unhealthy (held back by its {row.health_held}){why}"
+        if row.health_reason:
+            return UNHEALTHY, f"unhealthy: {row.health_reason}"
+        return UNHEALTHY, f"unhealthy (held back by its {row.health_held})"
     if row.activation != READY:
-        return INACTIVE, f"not ready (activation {row.activation})"
+        return INACTIVE, f"inactive (activation {row.activation}, not ready)"
     if row.programming is not None:
         return PROGRAMMING, f"being programmed (program {row.programming})"
     return None
@@ -425,7 +442,7 @@ def _reason(
         return EXCLUDED, "refused by Placement (its capacity taken meanwhile)"
     if group.resources and candidate.rc not in group.resources:
         wanted = " or ".join(sorted(group.resources))
-        return WRONG_RESOURCE_CLASS, f"resource class {candidate.rc}, not {wanted}"
+        return WRONG_RESOURCE_CLASS, f"of resource class {candidate.rc}, not {wanted}"
     missing = group.required_traits - candidate.traits
     if missing:
         return MISSING_TRAIT, f"missing trait {', '.join(sorted(missing))}"
@@ -440,7 +457,7 @@ def _reason(
             return NUMA_NODE, f"on {node}, not {wanted_node}"
     for key, value in sorted(group.labels.items()):
         if candidate.labels.get(key) != value:
-            return LABEL, f"label {key}={value} missing"
+            return LABEL, f"missing label {key}={value}"
     if candidate.free < 1:
         held = ", ".join(str(h) for h in candidate.holders[:MAX_HOLDERS])
         return HELD, f"every attach handle held (by {held})" if held else "no free attach handle"
@@ -462,14 +479,17 @@ def _key(candidate: Candidate, constraints: Constraints) -> tuple[Any, ...] | No
     return key
 
 
-def _where(key: tuple[Any, ...], constraints: Constraints) -> str:
-    parts = list(key)
-    words = []
-    if constraints.same_numa_node:
-        words.append(f"NUMA node {parts.pop(0)}")
-    if constraints.same_pcie_root:
-        words.append(f"PCIe root {parts.pop(0)}")
-    return " and ".join(words) or "this host"
+def _place(constraints: Constraints) -> str | None:
+    """What the constraints keep together ("NUMA node", "PCIe root"), or None."""
+    words = [
+        word
+        for on, word in (
+            (constraints.same_numa_node, "NUMA node"),
+            (constraints.same_pcie_root, "PCIe root"),
+        )
+        if on
+    ]
+    return " and ".join(words) or None
 
 
 def assign(
@@ -598,7 +618,15 @@ def _evaluate_host(
         return answer(NOT_REPORTING, found[0].blocked[1] if found[0].blocked else "")
     empty = [index for index, _ in needed if not fits[index]]
     if empty:
-        return answer(NO_FIT, f"no device here for {_group_text(empty[0], groups[empty[0]])}")
+        lacking = _group_text(empty[0], groups[empty[0]])
+        for candidate in found:
+            verdict = verdicts[candidate.deployable_id]
+            if verdict.code == SPARE:
+                why = f"free, but no device on its host serves {lacking}"
+                verdicts[candidate.deployable_id] = dataclasses.replace(
+                    verdict, code=UNPAIRED, message=why
+                )
+        return answer(NO_FIT, f"no device here serves {lacking}")
     # The constraints across groups: the candidates by where they sit, each place tried.
     places: dict[tuple[Any, ...], dict[int, list[Candidate]]] = {}
     for index, fitting in fits.items():
@@ -617,39 +645,30 @@ def _evaluate_host(
         by_group = places[key]
         lacking = [index for index, _ in needed if not by_group[index]]
         if lacking:
-            failed[key] = (
-                f"where {_group_text(lacking[0], groups[lacking[0]])} finds no free device"
-            )
+            failed[key] = f"without a free device of {_group_text(lacking[0], groups[lacking[0]])}"
             continue
         assignment = assign(needed, by_group, constraints.distinct_devices)
         if assignment is None:
-            failed[key] = "where not every unit finds a free attach handle" + (
-                " on a device of its own" if constraints.distinct_devices else ""
+            failed[key] = "with too few " + (
+                "distinct devices" if constraints.distinct_devices else "free attach handles"
             )
             continue
         options.append(Option(by_group, assignment))
+    place = _place(constraints)
+    names = constraints.names()
     for key, why in failed.items():
+        where = f"alone on its {place}, " if place else ""
+        message = f"{where}{why} ({names})" if names else f"{where}{why}"
+        code = TOPOLOGY if names else HELD
         for index, fitting in places[key].items():
             for candidate in fitting:
-                where = _where(key, constraints)
-                names = constraints.names() or "its profile"
-                verdicts[candidate.deployable_id] = _verdict(
-                    candidate, TOPOLOGY, f"on {where}, {why} ({names})", index
-                )
+                verdicts[candidate.deployable_id] = _verdict(candidate, code, message, index)
     if not options:
-        if constraints.same_numa_node or constraints.same_pcie_root:
-            place = " and ".join(
-                word
-                for on, word in (
-                    (constraints.same_numa_node, "NUMA node"),
-                    (constraints.same_pcie_root, "PCIe root"),
-                )
-                if on
-            )
-            return answer(TOPOLOGY, f"no {place} here serves every group ({constraints.names()})")
+        if place:
+            return answer(TOPOLOGY, f"no {place} here serves every group ({names})")
         if constraints.distinct_devices:
-            return answer(TOPOLOGY, f"too few distinct devices here ({constraints.names()})")
-        return answer(HELD, "not every unit finds a free attach handle here")
+            return answer(TOPOLOGY, f"too few distinct devices here ({names})")
+        return answer(HELD, "too few free attach handles here for every unit")
     if not first:
         return answer(SPARE, "could take the claim too; a host before it comes first")
     for index, candidate in options[0].assignment:

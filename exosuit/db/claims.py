@@ -532,13 +532,11 @@ def create(
         if live is None:
             raise exceptions.ClaimUnsatisfiable(reason="a concurrent claim of this consumer")
         return Created(get(conn, live.uuid, Scope(None)), created=False)
-    distinct = evaluation is not None and any(
-        u.group.flag(profile_groups.DISTINCT_DEVICES) for u in units
-    )
     binder = _Binder(conn, claim_id, request.project_id, profile_id, skip_locked, programs or {})
+    binder.constraints = candidates.Constraints.of(u.group for u in units if u.handle is None)
     reasons = []
     for hostname, options in list(plan.items())[:MAX_HOSTS]:
-        reason = binder.bind_host(hostname, units, options, distinct=distinct)
+        reason = binder.bind_host(hostname, units, options)
         if reason is None:
             conn.execute(sa.update(claims).where(claims.c.id == claim_id).values(hostname=hostname))
             if request.container:
@@ -628,26 +626,26 @@ class _Binder:
         self.profile_id = profile_id
         self.skip_locked = skip_locked
         self.programs = programs
+        # The profile's constraints across its groups (each bind checks them again).
+        self.constraints = candidates.Constraints()
 
     def bind_host(
         self,
         hostname: str,
         units: list[_Unit],
         options: Sequence[candidates.Option],
-        *,
-        distinct: bool = False,
     ) -> str | None:
         """Bind every unit on ``hostname``, one option after another (each one NUMA node,
         PCIe root … when the profile asks); None, or why not (nothing is then held)."""
         reason: str | None = "no option left"
         for option in options:
-            reason = self._bind_option(hostname, units, option, distinct)
+            reason = self._bind_option(hostname, units, option)
             if reason is None:
                 return None
         return reason
 
     def _bind_option(
-        self, hostname: str, units: list[_Unit], option: candidates.Option, distinct: bool
+        self, hostname: str, units: list[_Unit], option: candidates.Option
     ) -> str | None:
         """Bind every unit with the option's candidates, its assignment first."""
         exhausted: set[str] = set()
@@ -664,7 +662,7 @@ class _Binder:
                 for candidate in (first, *others):
                     if candidate.rp_uuid in exhausted:
                         continue
-                    if distinct and candidate.device_id in devices:
+                    if self.constraints.distinct_devices and candidate.device_id in devices:
                         continue
                     error = self._bind(hostname, unit, candidate.rp_uuid)
                     if error is None:
@@ -704,6 +702,7 @@ class _Binder:
             need=self.programs.get(unit.group_index) if unit.handle is None else None,
             project_id=self.project_id,
             named=unit.handle,
+            constraints=self.constraints if unit.handle is None else None,
         )
         if state == arqs.BIND_FAILED:
             self.conn.execute(sa.delete(arq).where(arq.c.uuid == uuid))
