@@ -618,15 +618,15 @@ def _evaluate_host(
         return answer(NOT_REPORTING, found[0].blocked[1] if found[0].blocked else "")
     empty = [index for index, _ in needed if not fits[index]]
     if empty:
-        lacking = _group_text(empty[0], groups[empty[0]])
+        unserved = _group_text(empty[0], groups[empty[0]])
         for candidate in found:
             verdict = verdicts[candidate.deployable_id]
             if verdict.code == SPARE:
-                why = f"free, but no device on its host serves {lacking}"
+                why = f"free, but no device on its host serves {unserved}"
                 verdicts[candidate.deployable_id] = dataclasses.replace(
                     verdict, code=UNPAIRED, message=why
                 )
-        return answer(NO_FIT, f"no device here serves {lacking}")
+        return answer(NO_FIT, f"no device here serves {unserved}")
     # The constraints across groups: the candidates by where they sit, each place tried.
     places: dict[tuple[Any, ...], dict[int, list[Candidate]]] = {}
     for index, fitting in fits.items():
