@@ -273,8 +273,18 @@ def test_a_nova_bind_that_splits_a_same_numa_node_pair_fails_with_the_reason(wor
     # Where Placement's choice keeps the pair together, the bind succeeds.
     r = world.nova.post(ARQS, {"device_profile_name": "gpu-near-nic"})
     pair = [rps[("GPU", 1)], rps[("NIC", 1)]]
-    together, why = _bind(world, r.json["arqs"], pair, str(uuid.uuid4()))
+    instance = str(uuid.uuid4())
+    together, why = _bind(world, r.json["arqs"], pair, instance)
     assert [a["state"] for a in together] == ["Bound", "Bound"] and why == ""
+    # A dry run names the VM's ARQ as the holder of node 1's NIC.
+    body = {"device_profile_name": "nic", "numa_node": 1, "dry_run": True}
+    answer = world.member.post(CLAIMS, body, version=V).json
+    (host,) = answer["hosts"]
+    (nic,) = [d for d in host["devices"] if d["verdict"] == "held"]
+    assert nic["holders"] == [
+        {"arq_uuid": together[1]["uuid"], "instance_uuid": instance, "claim_uuid": None}
+    ]
+    assert f"ARQ {together[1]['uuid']} of instance {instance}" in answer["reason"]
 
 
 def test_a_nova_bind_checks_accel_numa_node_and_distinct_devices(world):
