@@ -20,6 +20,7 @@ from exosuit.cli.base import (
     segment,
     show_item,
 )
+from exosuit.cli.client import CLIError
 from exosuit.cli.waiting import add_wait_options, wait_for
 
 __all__ = ["ClaimCreate", "ClaimList", "ClaimRelease", "ClaimRenew", "ClaimShow"]
@@ -179,6 +180,8 @@ class ClaimCreate(ShowCommand):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> Shown:
+        if parsed_args.dry_run and parsed_args.wait:
+            raise CLIError("--dry-run claims nothing, so there is nothing to --wait for")
         if parsed_args.dry_run or parsed_args.numa_node is not None:
             self.app.api.require(NEEDS_DRY_RUN, "--dry-run and --numa-node")
         body: dict[str, Any] = {"container": parsed_args.container}

@@ -132,3 +132,7 @@ def test_a_dry_run_shows_the_choice_and_every_reason_and_claims_nothing(cli, api
         "claim", "create", "--handle", str(uuid.uuid4()), "--dry-run", check=False
     )
     assert with_handle.returncode == 1 and "exosuit.claim.selection" in with_handle.stderr
+    waiting = cli.run(
+        "claim", "create", "--profile", "dry-fpga", "--dry-run", "--wait", check=False
+    )
+    assert waiting.returncode == 1 and "nothing to --wait for" in waiting.stderr
