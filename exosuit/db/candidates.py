@@ -609,11 +609,11 @@ def _evaluate_host(
     for index, loaded in prefer.items():
         fits[index].sort(key=lambda c: c.bitstream_id not in loaded)
     verdicts = {c.deployable_id: _verdict(c, *closest[c.deployable_id][1:]) for c in found}
+    options: list[Option] = []
 
     def answer(code: str, message: str) -> tuple[Verdict, list[Verdict], list[Option]]:
         return Verdict(hostname, code, message), [verdicts[c.deployable_id] for c in found], options
 
-    options: list[Option] = []
     if found and all(c.blocked and c.blocked[0] == NOT_REPORTING for c in found):
         return answer(NOT_REPORTING, found[0].blocked[1] if found[0].blocked else "")
     empty = [index for index, _ in needed if not fits[index]]
@@ -641,7 +641,7 @@ def _evaluate_host(
                 continue
             places.setdefault(key, {i: [] for i in groups})[index].append(candidate)
     failed: dict[tuple[Any, ...], str] = {}
-    for key in sorted(places, key=lambda k: tuple(str(p) for p in k)):
+    for key in sorted(places):  # NUMA node 0 first, then 1 … (each place's parts alike)
         by_group = places[key]
         lacking = [index for index, _ in needed if not by_group[index]]
         if lacking:
