@@ -855,7 +855,8 @@ def bind(
     free attach handle; a device off its group's ``accel:numa_node`` or labels, or one
     that breaks its profile's constraints across groups with the devices the instance's
     other ARQs hold: doc/nova.md, "Topology constraints") leaves its ARQ BindFailed
-    with the reason, and is reported in the result. Nova's notification of each instance's binds is queued here.
+    with the reason, and is reported in the result. Nova's notification of each
+    instance's binds is queued here.
     ``programs``: by ARQ uuid, what its group asks to be loaded (``program_groups``
     says which ARQs ask). With ``resolve_first``, a group that asks for an image not in
     ``programs`` raises ProgramsToResolve before anything is written: a caller can try

@@ -37,6 +37,7 @@ __all__ = [
     "EXCLUDED",
     "FORBIDDEN_TRAIT",
     "HELD",
+    "HOST_VERDICTS",
     "INACTIVE",
     "LABEL",
     "MISSING_TRAIT",
@@ -99,6 +100,8 @@ ORDER = (
     TOPOLOGY,
     UNPAIRED,
 )
+# What a host is said to be.
+HOST_VERDICTS = (CHOSEN, SPARE, NO_FIT, NOT_REPORTING, TOPOLOGY, HELD)
 # How the summary names a reason when its deployables differ in the detail.
 _GENERIC = {
     NOT_REPORTING: "not reporting",

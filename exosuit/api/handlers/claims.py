@@ -148,7 +148,7 @@ def parse_request(req: wsgi.Request, body: Any) -> db.ClaimRequest:
         )
     later = req.version.matches((2, 10))
     wsgi.validate(body, schema.POST_CLAIM_V2_10 if later else schema.POST_CLAIM_V2_8)
-    chooses = [k for k in ("numa_node", "dry_run") if k in body]
+    chooses = [k for k, v in (("numa_node", None), ("dry_run", False)) if body.get(k, v) != v]
     if "attach_handles" in body and chooses:
         raise wsgi.ApiError(
             400,
@@ -244,15 +244,6 @@ def renew_claim(req: wsgi.Request) -> wsgi.Response:
     return wsgi.json_response(200, _serialize(req, claim))
 
 
-_HOST_VERDICTS = (
-    candidates.CHOSEN,
-    candidates.SPARE,
-    candidates.NO_FIT,
-    candidates.NOT_REPORTING,
-    candidates.TOPOLOGY,
-    candidates.HELD,
-)
-
 # -- GET /openapi.json: the shapes of the answers, the operations (api/describe.py) -----
 
 SHAPES: dict[str, Schema] = {
@@ -309,7 +300,7 @@ SHAPES: dict[str, Schema] = {
                 "items": obj(
                     {
                         "hostname": STR,
-                        "verdict": {"enum": [*_HOST_VERDICTS]},
+                        "verdict": {"enum": list(candidates.HOST_VERDICTS)},
                         "reason": STR,
                         "devices": {"type": "array", "items": ref("ClaimVerdict")},
                     }
