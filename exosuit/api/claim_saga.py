@@ -20,23 +20,36 @@ from exosuit.db import arqs as arqs_db
 from exosuit.db import claims as db
 from exosuit.placement import claim_allocations as placement
 
-__all__ = ["MAX_PLACEMENT_REFUSALS", "make"]
+__all__ = ["MAX_PLACEMENT_REFUSALS", "dry_run", "make"]
 
 # Placement refusals (its capacity taken by Nova meanwhile) one POST works around at most.
 MAX_PLACEMENT_REFUSALS = 8
 
 
+def _options(req: wsgi.Request) -> dict[str, Any]:
+    """What the configuration says of every claim: units per group, ARQs at most, and
+    how old a host's last report may be for its devices to be chosen."""
+    conf = req.app.conf
+    return {
+        "handles_per_unit": {
+            k: int(v) for k, v in conf.accelerator_requests.attach_handles_per_unit.items()
+        },
+        "max_arqs": conf.api.max_arqs_per_request,
+        "stale_after": float(conf.api.stale_report_after),
+    }
+
+
+def dry_run(req: wsgi.Request, request: db.ClaimRequest) -> db.DryRun:
+    """What the claim would take now and why not the rest, writing nothing (not even an
+    audit record): a read transaction."""
+    found: db.DryRun = req.app.db.read(db.dry_run, request, **_options(req))
+    return found
+
+
 def _bind(req: wsgi.Request, request: db.ClaimRequest, **options: Any) -> db.Created:
     """Make the claim in the database; the images a profile group asks for are looked up
     only when one does (outside the transaction: Glance is an HTTP call)."""
-    conf = req.app.conf
-    options.update(
-        skip_locked=req.app.db.supports_skip_locked,
-        handles_per_unit={
-            k: int(v) for k, v in conf.accelerator_requests.attach_handles_per_unit.items()
-        },
-        max_arqs=conf.api.max_arqs_per_request,
-    )
+    options.update(skip_locked=req.app.db.supports_skip_locked, **_options(req))
     created: db.Created
     try:
         created = req.app.db.write(db.create, request, **options)

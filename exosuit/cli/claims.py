@@ -20,11 +20,14 @@ from exosuit.cli.base import (
     segment,
     show_item,
 )
+from exosuit.cli.client import CLIError
 from exosuit.cli.waiting import add_wait_options, wait_for
 
 __all__ = ["ClaimCreate", "ClaimList", "ClaimRelease", "ClaimRenew", "ClaimShow"]
 
 NEEDS = "2.8"
+# --dry-run and --numa-node (doc/devices.md, "Why not here?").
+NEEDS_DRY_RUN = "2.10"
 STATES = "pending, bound, failed, released"
 
 
@@ -70,6 +73,45 @@ def shown(claim: dict[str, Any], formatter: str) -> tuple[tuple[str, ...], tuple
     return show_item(claim, formatter)
 
 
+def _non_negative(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a NUMA node number: {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return number
+
+
+def considered(answer: dict[str, Any]) -> str:
+    """A dry run's verdicts as lines of a table: host, device (``-``: the host itself),
+    group, verdict, reason; each host's line first, then its devices'."""
+    rows = [("HOST", "DEVICE", "GROUP", "VERDICT", "REASON")]
+    for host in answer["hosts"]:
+        rows.append((host["hostname"], "-", "", host["verdict"], host["reason"]))
+        for d in host["devices"]:
+            group = "" if d["group"] is None else str(d["group"])
+            rows.append(("", d["device_uuid"], group, d["verdict"], d["reason"]))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(r[:4], widths, strict=True))
+        + "  "
+        + r[4]
+        for r in rows
+    )
+
+
+def dry_run_shown(
+    answer: dict[str, Any], formatter: str
+) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    """A dry run: where the claim would be made (or why not), the devices it would
+    take and, in a table, every host and device considered with its verdict."""
+    if formatter == "table":
+        taken = "\n".join(f"group {d['group']}: {d['device_uuid']}" for d in answer["devices"])
+        answer = {**answer, "devices": taken, "hosts": considered(answer)}
+    return show_item(answer, formatter)
+
+
 class ClaimCreate(ShowCommand):
     """Claim devices: Exosuit picks and binds them on one host (API 2.8).
 
@@ -80,7 +122,13 @@ class ClaimCreate(ShowCommand):
 
     With --wait, wait until the claim is bound (its device programmed, when its profile
     asks for an image; its CDI spec written by the host's agent, with --container):
-    exit status 0, or 1 when it failed."""
+    exit status 0, or 1 when it failed.
+
+    With --dry-run (API 2.10), nothing is claimed: it shows where the claim would be
+    made and, for every host and device considered, why it was passed over (not
+    reporting, drained, unhealthy, inactive, wrong resource class, missing trait,
+    NUMA node, label, topology, held and by whom) or that it would be chosen; exit
+    status 0 when the claim would be made, 1 when it would be refused."""
 
     needs = NEEDS
     exit_code = 0
@@ -114,12 +162,28 @@ class ClaimCreate(ShowCommand):
             action="store_true",
             help="For a container: the host's agent writes its CDI spec.",
         )
+        parser.add_argument(
+            "--numa-node",
+            type=_non_negative,
+            metavar="N",
+            help="Every device on NUMA node N (with --profile; API 2.10).",
+        )
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="Claim nothing: show which devices would be taken and why every other "
+            "host and device would be passed over (with --profile; API 2.10).",
+        )
         add_wait_options(
             parser, "the claim is bound (and its CDI spec written, with --container) or failed"
         )
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> Shown:
+        if parsed_args.dry_run and parsed_args.wait:
+            raise CLIError("--dry-run claims nothing, so there is nothing to --wait for")
+        if parsed_args.dry_run or parsed_args.numa_node is not None:
+            self.app.api.require(NEEDS_DRY_RUN, "--dry-run and --numa-node")
         body: dict[str, Any] = {"container": parsed_args.container}
         if parsed_args.profile is not None:
             body["device_profile_name"] = parsed_args.profile
@@ -129,9 +193,14 @@ class ClaimCreate(ShowCommand):
             ("hostname", parsed_args.host),
             ("consumer", parsed_args.consumer),
             ("expires_in", parsed_args.expires_in),
+            ("numa_node", parsed_args.numa_node),
         ):
             if value is not None:
                 body[field] = value
+        if parsed_args.dry_run:
+            answer = self.api.post("/v2/claims", {**body, "dry_run": True})
+            self.exit_code = 0 if answer["hostname"] is not None else 1
+            return dry_run_shown(answer, parsed_args.formatter)
         claim = self.api.post("/v2/claims", body)
         if parsed_args.wait:
             path = f"/v2/claims/{segment(claim['uuid'])}"

@@ -40,12 +40,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, CursorResult
 
 from exosuit import exceptions
-from exosuit.db import audit, changes, models, offers
+from exosuit.db import audit, candidates, changes, models, offers
 from exosuit.db import nova as nova_db
 from exosuit.db import programs as programs_db
 from exosuit.db.desired_state import bump
 from exosuit.db.pagination import Page, paginate
 from exosuit.db.placement import enqueue_sync
+from exosuit.schemas import labels as device_labels
 from exosuit.schemas import profile_groups
 from exosuit.schemas.profile_groups import ProfileGroup
 
@@ -334,6 +335,9 @@ _Q_DEPLOYABLE = (
         dev.c.health_held,
         dev.c.health_reason,
         dev.c.partition_on_demand,
+        dev.c.numa_node,
+        dev.c.pcie_root,
+        dev.c.labels,
         dev.c.uuid.label("device_uuid"),
         dev.c.id.label("device_id"),
         dev.c.type.label("device_type"),
@@ -663,22 +667,105 @@ def _find_deployable(
 def _unsatisfied(group: ProfileGroup, rows: list[sa.Row[*tuple[Any, ...]]]) -> str | None:
     """Why the deployable cannot serve the ARQ's profile group, or None: the group's
     resource class (one of them), its required traits and its forbidden ones, against
-    what the deployable offers, as Placement would have matched them. Nova's allocation
-    normally guarantees it; a caller naming another provider gets a failed bind, never
-    a device the group did not ask for. ``rows``: _Q_DEPLOYABLE_OFFER's."""
-    if not group.selects:
-        return None
+    what the deployable offers, as Placement would have matched them; then what
+    Placement does not know: the device's NUMA node (``accel:numa_node``) and its labels
+    (``accel:label:<key>``). Nova's allocation normally guarantees the first; a caller
+    naming another provider gets a failed bind, never a device the group did not ask
+    for. ``rows``: _Q_DEPLOYABLE_OFFER's."""
     deployable = rows[0]
-    offer = [
-        (r.offer_key, r.offer_value, r.offer_source)
-        for r in rows
-        if r.offer_key is not None and r.id == deployable.id
-    ]
-    rc, traits = offers.offered(offer, deployable.device_type)
-    reason = group.mismatch(rc, traits)
-    if reason is None:
+    if group.selects:
+        offer = [
+            (r.offer_key, r.offer_value, r.offer_source)
+            for r in rows
+            if r.offer_key is not None and r.id == deployable.id
+        ]
+        rc, traits = offers.offered(offer, deployable.device_type)
+        reason = group.mismatch(rc, traits)
+        if reason is not None:
+            return f"deployable {deployable.name} (resource provider {deployable.rp_uuid}) {reason}"
+    if not group.accel:
         return None
-    return f"deployable {deployable.name} (resource provider {deployable.rp_uuid}) {reason}"
+    device = deployable.device_uuid
+    wanted = group.numa_node
+    if wanted is not None and deployable.numa_node != wanted:
+        node = "an unknown NUMA node" if deployable.numa_node is None else None
+        node = node or f"NUMA node {deployable.numa_node}"
+        return f"device {device} is on {node}, not {wanted} ({profile_groups.NUMA_NODE})"
+    labels = device_labels.decode(deployable.labels)
+    for key, value in sorted(group.labels.items()):
+        if labels.get(key) != value:
+            return f"device {device} lacks label {key}={value} ({profile_groups.LABEL}{key})"
+    return None
+
+
+# The devices the other ARQs of the same request hold (the same claim; else the same
+# instance, project and device profile), for the constraints across a profile's groups.
+_me = arq.alias("me")
+_sibling = arq.alias("sibling")
+_Q_SIBLINGS = (
+    sa.select(
+        _sibling.c.uuid,
+        dev.c.id.label("device_id"),
+        dev.c.uuid.label("device_uuid"),
+        dev.c.numa_node,
+        dev.c.pcie_root,
+    )
+    .select_from(
+        _me.join(
+            _sibling,
+            sa.and_(
+                _sibling.c.id != _me.c.id,
+                _sibling.c.device_profile_id == _me.c.device_profile_id,
+                sa.or_(
+                    sa.and_(_me.c.claim_id.is_not(None), _sibling.c.claim_id == _me.c.claim_id),
+                    sa.and_(
+                        _me.c.claim_id.is_(None),
+                        _sibling.c.claim_id.is_(None),
+                        _sibling.c.instance_uuid == _me.c.instance_uuid,
+                        _sibling.c.project_id.is_not_distinct_from(_me.c.project_id),
+                    ),
+                ),
+            ),
+        )
+        .join(dep, dep.c.id == _sibling.c.deployable_id)
+        .join(dev, dev.c.id == dep.c.device_id)
+    )
+    .where(_me.c.uuid == sa.bindparam("p_uuid"), _sibling.c.state.in_((BIND_STARTED, BOUND)))
+    .order_by(_sibling.c.id)
+)
+
+
+def _apart(
+    conn: Connection,
+    uuid: str,
+    deployable: sa.Row[*tuple[Any, ...]],
+    constraints: candidates.Constraints,
+) -> str | None:
+    """Why the deployable breaks a constraint across the profile's groups
+    (``accel:same_numa_node``, ``accel:same_pcie_root``, ``accel:distinct_devices``),
+    given the devices the ARQ's siblings already hold (bound before it, in this
+    transaction or an earlier one), or None. A device whose NUMA node or PCIe root is
+    unknown cannot be shown to share one: refused."""
+    device = deployable.device_uuid
+    if constraints.same_numa_node and deployable.numa_node is None:
+        return f"device {device}'s NUMA node is unknown ({profile_groups.SAME_NUMA_NODE})"
+    if constraints.same_pcie_root and deployable.pcie_root is None:
+        return f"device {device}'s PCIe root is unknown ({profile_groups.SAME_PCIE_ROOT})"
+    for other in conn.execute(_Q_SIBLINGS, {"p_uuid": uuid}):
+        held = f"ARQ {other.uuid} of the same request holds device {other.device_uuid}"
+        if constraints.same_numa_node and other.numa_node != deployable.numa_node:
+            return (
+                f"device {device} is on NUMA node {deployable.numa_node}, but {held} on NUMA "
+                f"node {other.numa_node} ({profile_groups.SAME_NUMA_NODE})"
+            )
+        if constraints.same_pcie_root and other.pcie_root != deployable.pcie_root:
+            return (
+                f"device {device} is under PCIe root {deployable.pcie_root}, but {held} under "
+                f"{other.pcie_root} ({profile_groups.SAME_PCIE_ROOT})"
+            )
+        if constraints.distinct_devices and other.device_id == deployable.device_id:
+            return f"{held} already ({profile_groups.DISTINCT_DEVICES})"
+    return None
 
 
 def _take_handle(
@@ -766,8 +853,11 @@ def bind(
     ARQ of the instance in the same project is bound or binding) and changes nothing
     when the request itself is wrong. A bind that cannot be
     satisfied (unknown provider, wrong host, disabled, lost or not ready device, no
-    free attach handle) leaves its ARQ BindFailed with the reason, and is reported
-    in the result. Nova's notification of each instance's binds is queued here.
+    free attach handle; a device off its group's ``accel:numa_node`` or labels, or one
+    that breaks its profile's constraints across groups with the devices the instance's
+    other ARQs hold: doc/nova.md, "Topology constraints") leaves its ARQ BindFailed
+    with the reason, and is reported in the result. Nova's notification of each
+    instance's binds is queued here.
     ``programs``: by ARQ uuid, what its group asks to be loaded (``program_groups``
     says which ARQs ask). With ``resolve_first``, a group that asks for an image not in
     ``programs`` raises ProgramsToResolve before anything is written: a caller can try
@@ -837,11 +927,20 @@ def bind(
             raise exceptions.ARQBadState(
                 uuid=binding.uuid, state=state, expected=" or ".join(BIND_SOURCES)
             )
+    across = _constraints(groups)
     for binding in pending:
         row = rows[binding.uuid]
         group = groups.get((row.device_profile_id, row.device_profile_group_id), ProfileGroup())
         need = (programs or {}).get(binding.uuid)
-        state, error = _complete_bind(conn, binding, skip_locked, group, need, row.project_id)
+        state, error = _complete_bind(
+            conn,
+            binding,
+            skip_locked,
+            group,
+            need,
+            row.project_id,
+            constraints=across.get(row.device_profile_id),
+        )
         results[binding.uuid] = BindResult(arq={"uuid": binding.uuid, "state": state}, error=error)
         _record_bind(conn, binding, row.state, state, error)
     _queue_notifications(conn, pending, results, bind_timeout)
@@ -891,6 +990,17 @@ def _profile_groups(
             for index, group in enumerate(json.loads(row.profile_json).get("groups", [])):
                 groups[(row.device_profile_id, index)] = profile_groups.read(group)
     return groups
+
+
+def _constraints(
+    groups: Mapping[tuple[int, int], ProfileGroup],
+) -> dict[int, candidates.Constraints]:
+    """Profile id → its constraints across its groups, for the profiles that set any."""
+    by_profile: dict[int, list[ProfileGroup]] = {}
+    for (profile_id, _), group in groups.items():
+        by_profile.setdefault(profile_id, []).append(group)
+    found = {p: candidates.Constraints.of(g) for p, g in by_profile.items()}
+    return {p: c for p, c in found.items() if c.across}
 
 
 def _needs_host_work(group: ProfileGroup, deployable: sa.Row[*tuple[Any, ...]]) -> bool:
@@ -1001,14 +1111,18 @@ def _complete_bind(
     need: ProgramNeed | None = None,
     project_id: str | None = None,
     named: tuple[int, str] | None = None,
+    constraints: candidates.Constraints | None = None,
 ) -> tuple[str, str | None]:
     """Take a handle (``named``: that one, its id and uuid) and end the bind (its ARQ
     BindStarted and locked): the ARQ's state now (Bound, BindStarted while its host
-    works, or BindFailed) and why it failed."""
+    works, or BindFailed) and why it failed. ``constraints``: those of its profile
+    across its groups, checked against the devices its siblings hold."""
     found, error = _find_deployable(conn, binding, _Q_DEPLOYABLE_OFFER)
     deployable = found[0] if found else None
     if found:
         error = _unsatisfied(group, found)
+    if deployable is not None and error is None and constraints is not None:
+        error = _apart(conn, binding.uuid, deployable, constraints) if constraints.across else None
     handle_id = None
     if deployable is not None and error is None:
         handle_id = _take_handle(conn, deployable.id, skip_locked, named and named[0])
@@ -1062,14 +1176,16 @@ def bind_for_claim(
     need: ProgramNeed | None = None,
     project_id: str | None = None,
     named: tuple[int, str] | None = None,
+    constraints: candidates.Constraints | None = None,
 ) -> tuple[str, str | None]:
     """End the bind of an ARQ a claim inserted BindStarted on ``hostname``'s
     deployable ``rp_uuid`` (exosuit/db/claims.py): exactly a bind's checks (device
     present, enabled, ready, not being programmed; the profile ``group`` matched), its
     compare-and-set on a free attach handle (``named``: that one) and its program for
-    ``need``, without Nova's notification. The ARQ's state and why it failed."""
+    ``need``, without Nova's notification; ``constraints`` across the profile's groups
+    against the devices the claim's other ARQs hold. The ARQ's state and why it failed."""
     binding = Binding(uuid, hostname, rp_uuid, instance_uuid="", project_id=project_id)
-    return _complete_bind(conn, binding, skip_locked, group, need, project_id, named)
+    return _complete_bind(conn, binding, skip_locked, group, need, project_id, named, constraints)
 
 
 def _state_after(conn: Connection, uuid: str, won: int, state: str) -> str:

@@ -44,9 +44,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from exosuit import exceptions
-from exosuit.db import arqs, audit, health, jobs, models, offers
+from exosuit.db import arqs, audit, candidates, jobs, models, offers
 from exosuit.db import programs as programs_db
-from exosuit.db.desired_state import READY, bump, cdi_id
+from exosuit.db.desired_state import bump, cdi_id
 from exosuit.db.pagination import Page, paginate
 from exosuit.schemas import profile_groups
 from exosuit.schemas.profile_groups import ProfileGroup
@@ -63,10 +63,12 @@ __all__ = [
     "STATES",
     "ClaimRequest",
     "Created",
+    "DryRun",
     "Scope",
     "abandon",
     "allocation",
     "create",
+    "dry_run",
     "expired",
     "get",
     "list_claims",
@@ -185,6 +187,8 @@ class ClaimRequest:
     consumer: str | None = None
     expires_in: int | None = None
     container: bool = False
+    numa_node: int | None = None
+    dry_run: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,16 +208,6 @@ class _Unit:
     group: ProfileGroup = ProfileGroup()
     handle: tuple[int, str] | None = None  # id, uuid
     rp_uuid: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class _Candidate:
-    rp_uuid: str
-    name: str
-    bitstream_id: str | None
-    free: int
-    rc: str
-    traits: frozenset[str]
 
 
 # -- reading ----------------------------------------------------------------------------
@@ -317,31 +311,6 @@ def allocation(conn: Connection, claim: Mapping[str, Any]) -> dict[str, dict[str
 
 # -- candidates --------------------------------------------------------------------------
 
-_program_dep = dep.alias("program_dep")
-_FREE = sa.and_(ah.c.deployable_id == dep.c.id, ah.c.in_use.is_(False), ah.c.presence == "present")
-_Q_CANDIDATES = (
-    sa.select(
-        dep.c.id,
-        dep.c.name,
-        dep.c.rp_uuid,
-        dep.c.bitstream_id,
-        dev.c.hostname,
-        dev.c.type.label("device_type"),
-        sa.select(sa.func.count()).where(_FREE).scalar_subquery().label("free"),
-    )
-    .select_from(dep.join(dev, dep.c.device_id == dev.c.id))
-    .where(
-        dep.c.rp_uuid.is_not(None),
-        dev.c.status == "enabled",
-        dev.c.presence == "present",
-        dev.c.activation == READY,
-        health.OFFERED,
-        ~sa.exists().where(
-            _program_dep.c.device_id == dev.c.id, _program_dep.c.program_uuid.is_not(None)
-        ),
-    )
-    .order_by(dev.c.hostname, dep.c.id)
-)
 _Q_OFFERS = sa.select(attr.c.deployable_id, attr.c.key, attr.c.value, attr.c.source).where(
     attr.c.deployable_id.in_(sa.bindparam("p_ids", expanding=True)),
     sa.or_(attr.c.key == "rc", attr.c.key.startswith("trait")),
@@ -357,39 +326,35 @@ def _offers(conn: Connection, ids: Sequence[int]) -> dict[int, list[offers.Attri
     return attributes
 
 
-def _candidates(
-    conn: Connection, *, hostname: str | None = None, exclude: Iterable[str] = ()
-) -> dict[str, list[_Candidate]]:
-    """Deployables that may take a bind now, by host (in host name order), with what
-    they offer. A hint only: the bind checks everything again under its locks."""
-    stmt = _Q_CANDIDATES.where(sa.exists().where(_FREE))
-    if hostname is not None:
-        stmt = stmt.where(dev.c.hostname == hostname)
-    excluded = sorted(set(exclude))
-    if excluded:
-        stmt = stmt.where(dep.c.rp_uuid.not_in(excluded))
-    rows = conn.execute(stmt).all()
-    attributes = _offers(conn, [r.id for r in rows])
-    found: dict[str, list[_Candidate]] = {}
-    for r in rows:
-        rc, traits = offers.offered(attributes[r.id], r.device_type)
-        found.setdefault(r.hostname, []).append(
-            _Candidate(r.rp_uuid, r.name, r.bitstream_id, int(r.free), rc, traits)
-        )
-    return found
-
-
-def _ordered(
-    group: ProfileGroup, candidates: list[_Candidate], need: arqs.ProgramNeed | None
-) -> list[_Candidate]:
-    """The candidates that match the group (as a bind checks a group against a
-    deployable: exosuit/db/arqs.py _unsatisfied); those that already hold the image the
-    group asks for first (no program needed)."""
-    matching = [c for c in candidates if group.matches(c.rc, c.traits)]
-    if need is None:
-        return matching
-    loaded = {need.bitstream_id, need.image.uuid if need.image else None} - {None}
-    return sorted(matching, key=lambda c: c.bitstream_id not in loaded)
+def _evaluate(
+    conn: Connection,
+    request: ClaimRequest,
+    units: Sequence[_Unit],
+    *,
+    exclude: Iterable[str] = (),
+    programs: Mapping[int, arqs.ProgramNeed] | None = None,
+    stale_after: float | None = None,
+) -> candidates.Evaluation:
+    """Every deployable (of ``request.hostname``, or every host) judged for the units
+    (exosuit/db/candidates.py): the verdicts, and the hosts that can serve them."""
+    groups: dict[int, ProfileGroup] = {}
+    needed: dict[int, int] = {}
+    for unit in units:
+        groups[unit.group_index] = unit.group
+        needed[unit.group_index] = needed.get(unit.group_index, 0) + 1
+    prefer = {
+        index: frozenset(x for x in (need.bitstream_id, need.image and need.image.uuid) if x)
+        for index, need in (programs or {}).items()
+    }
+    found = candidates.read(conn, hostname=request.hostname, stale_after=stale_after)
+    return candidates.evaluate(
+        groups,
+        list(needed.items()),
+        found,
+        candidates.Constraints.of(groups.values(), request.numa_node),
+        exclude=exclude,
+        prefer=prefer,
+    )
 
 
 # -- create ------------------------------------------------------------------------------
@@ -514,6 +479,7 @@ def create(
     exclude: Iterable[str] = (),
     uuid: str | None = None,
     placement: bool = False,
+    stale_after: float | None = None,
 ) -> Created:
     """Make a claim: bind every unit of the profile (or every named handle) on one host,
     all or nothing. Returns the claim (bound, or pending while a program runs).
@@ -524,7 +490,10 @@ def create(
     ARQs than ``max_arqs``), ClaimUnsatisfiable (nothing held: the reasons), and
     ProgramsToResolve before writing anything when a group asks for an image that
     ``programs`` (group index → what to load) does not resolve. ``exclude``: resource
-    providers not to use (Placement refused them); ``uuid``: the claim's, for a retry.
+    providers not to use (Placement refused them); ``uuid``: the claim's, for a retry;
+    ``stale_after``: a host whose agent last reported longer ago is not used. The devices
+    are chosen by exosuit/db/candidates.py, the constraints of the profile across its
+    groups honoured; the refusal names why in one sentence (``Evaluation.summary``).
     """
     if request.profile_name is not None and programs is None:
         if program_groups(conn, request.profile_name):
@@ -535,18 +504,16 @@ def create(
             return Created(get(conn, live.uuid, Scope(None)), created=False)
         if live is not None:
             _release_row(conn, live, "failed; its consumer claimed again")
-    if request.hostname is not None:
-        known = sa.select(hosts.c.hostname).where(hosts.c.hostname == request.hostname)
-        # Compared here too: MariaDB's collation ignores case.
-        if conn.execute(known).scalar() != request.hostname:
-            raise exceptions.HostNotFound(hostname=request.hostname)
+    _check_host(conn, request.hostname)
     uuid = uuid or str(uuidlib.uuid4())
     if request.profile_name is not None:
         profile_id, profile, units = _profile_units(
             conn, request.profile_name, handles_per_unit or {}, max_arqs
         )
-        candidates = _candidates(conn, hostname=request.hostname, exclude=exclude)
-        plan = _plan(units, candidates, programs or {})
+        evaluation = _evaluate(
+            conn, request, units, exclude=exclude, programs=programs, stale_after=stale_after
+        )
+        plan = evaluation.plan
     else:
         profile_id, profile = None, None
         on, units = _handle_units(conn, request.handles)
@@ -554,7 +521,11 @@ def create(
             raise exceptions.ClaimUnsatisfiable(
                 reason=f"the attach handles are on host {on}, not {request.hostname}"
             )
-        plan = {on: {}}
+        evaluation = None
+        plan = {on: [candidates.Option({}, ())]}
+    if not plan:
+        assert evaluation is not None
+        raise exceptions.ClaimUnsatisfiable(reason=evaluation.summary(_where(request)))
     claim_id = _insert(conn, request, uuid, profile, placement)
     if claim_id is None:  # the consumer's claim, made meanwhile
         live = _live_of_consumer(conn, _consumer_key(request.project_id, request.consumer or ""))
@@ -562,9 +533,10 @@ def create(
             raise exceptions.ClaimUnsatisfiable(reason="a concurrent claim of this consumer")
         return Created(get(conn, live.uuid, Scope(None)), created=False)
     binder = _Binder(conn, claim_id, request.project_id, profile_id, skip_locked, programs or {})
+    binder.constraints = candidates.Constraints.of(u.group for u in units if u.handle is None)
     reasons = []
-    for hostname, by_group in list(plan.items())[:MAX_HOSTS]:
-        reason = binder.bind_all(hostname, units, by_group)
+    for hostname, options in list(plan.items())[:MAX_HOSTS]:
+        reason = binder.bind_host(hostname, units, options)
         if reason is None:
             conn.execute(sa.update(claims).where(claims.c.id == claim_id).values(hostname=hostname))
             if request.container:
@@ -573,7 +545,60 @@ def create(
             _record_created(conn, claim)
             return Created(claim, created=True)
         reasons.append(f"host {hostname}: {reason}")
-    raise exceptions.ClaimUnsatisfiable(reason=_why(request, reasons))
+    raise exceptions.ClaimUnsatisfiable(reason="; ".join(reasons))
+
+
+def _where(request: ClaimRequest) -> str:
+    return f"host {request.hostname}" if request.hostname else "any host"
+
+
+@dataclasses.dataclass(frozen=True)
+class DryRun:
+    """What a claim would do now (``dry_run``): the verdict on every host and deployable
+    considered, the devices it would take (unit by unit: group index, candidate), why
+    it would be refused (None: it would not), and the live claim of its consumer that
+    it would return instead (None: none)."""
+
+    evaluation: candidates.Evaluation
+    chosen: tuple[tuple[int, candidates.Candidate], ...]
+    refusal: str | None
+    consumer_claim: str | None
+
+
+def dry_run(
+    conn: Connection,
+    request: ClaimRequest,
+    *,
+    handles_per_unit: Mapping[str, int] | None = None,
+    max_arqs: int | None = None,
+    stale_after: float | None = None,
+) -> DryRun:
+    """``create``'s choice for a profile's claim, writing nothing: DeviceProfileNotFound,
+    HostNotFound and LimitExceeded as ``create``. Images a group asks for are not
+    looked up (a deployable that holds one is not preferred)."""
+    assert request.profile_name is not None
+    live = None
+    if request.consumer is not None:
+        key = _consumer_key(request.project_id, request.consumer)
+        found = conn.execute(_SELECT.where(claims.c.consumer_key == key)).first()
+        live = found.uuid if found is not None and found.state != FAILED else None
+    _check_host(conn, request.hostname)
+    _, _, units = _profile_units(conn, request.profile_name, handles_per_unit or {}, max_arqs)
+    evaluation = _evaluate(conn, request, units, stale_after=stale_after)
+    if not evaluation.plan:
+        return DryRun(evaluation, (), evaluation.summary(_where(request)), live)
+    first = next(iter(evaluation.plan.values()))[0]
+    return DryRun(evaluation, first.assignment, None, live)
+
+
+def _check_host(conn: Connection, hostname: str | None) -> None:
+    """HostNotFound for a host name no agent ever reported."""
+    if hostname is None:
+        return
+    known = sa.select(hosts.c.hostname).where(hosts.c.hostname == hostname)
+    # Compared here too: MariaDB's collation ignores case.
+    if conn.execute(known).scalar() != hostname:
+        raise exceptions.HostNotFound(hostname=hostname)
 
 
 def _record_created(conn: Connection, claim: Mapping[str, Any]) -> None:
@@ -581,39 +606,6 @@ def _record_created(conn: Connection, claim: Mapping[str, Any]) -> None:
     after = {k: claim.get(k) for k in brief}
     after["devices"] = [d.get("device_uuid") for d in claim["devices"]]
     audit.record(conn, "create", "claim", claim["uuid"], None, after, host=claim["hostname"])
-
-
-def _plan(
-    units: list[_Unit],
-    candidates: Mapping[str, list[_Candidate]],
-    programs: Mapping[int, arqs.ProgramNeed],
-) -> dict[str, dict[int, list[_Candidate]]]:
-    """Host → group index → the candidates to try for the group's units, for the hosts
-    where every group has enough free handles among its candidates."""
-    needed: dict[int, int] = {}
-    groups: dict[int, ProfileGroup] = {}
-    for unit in units:
-        needed[unit.group_index] = needed.get(unit.group_index, 0) + 1
-        groups[unit.group_index] = unit.group
-    plan = {}
-    for hostname, found in candidates.items():
-        by_group = {
-            index: _ordered(group, found, programs.get(index)) for index, group in groups.items()
-        }
-        if all(sum(c.free for c in by_group[i]) >= n for i, n in needed.items()):
-            plan[hostname] = by_group
-    return plan
-
-
-def _why(request: ClaimRequest, reasons: list[str]) -> str:
-    if reasons:
-        return "; ".join(reasons)
-    where = f"host {request.hostname}" if request.hostname else "any host"
-    return (
-        f"no device on {where} offers what device profile {request.profile_name} asks (its "
-        "resource classes and traits), ready, not being programmed, with enough free "
-        "attach handles"
-    )
 
 
 class _Binder:
@@ -634,24 +626,47 @@ class _Binder:
         self.profile_id = profile_id
         self.skip_locked = skip_locked
         self.programs = programs
+        # The profile's constraints across its groups (each bind checks them again).
+        self.constraints = candidates.Constraints()
 
-    def bind_all(
-        self, hostname: str, units: list[_Unit], by_group: Mapping[int, list[_Candidate]]
+    def bind_host(
+        self,
+        hostname: str,
+        units: list[_Unit],
+        options: Sequence[candidates.Option],
     ) -> str | None:
-        """Bind every unit on ``hostname``; None, or why not (nothing is then held)."""
+        """Bind every unit on ``hostname``, one option after another (each one NUMA node,
+        PCIe root … when the profile asks); None, or why not (nothing is then held)."""
+        reason: str | None = "no option left"
+        for option in options:
+            reason = self._bind_option(hostname, units, option)
+            if reason is None:
+                return None
+        return reason
+
+    def _bind_option(
+        self, hostname: str, units: list[_Unit], option: candidates.Option
+    ) -> str | None:
+        """Bind every unit with the option's candidates, its assignment first."""
         exhausted: set[str] = set()
-        for unit in units:
+        devices: set[int] = set()
+        for position, unit in enumerate(units):
             if unit.handle is not None:
                 assert unit.rp_uuid is not None
                 error = self._bind(hostname, unit, unit.rp_uuid)
                 reason = None if error is None else self._held(unit.handle[1], error)
             else:
+                first = option.assignment[position][1]
+                others = [c for c in option.by_group[unit.group_index] if c is not first]
                 reason = "no candidate left"
-                for candidate in by_group[unit.group_index]:
+                for candidate in (first, *others):
                     if candidate.rp_uuid in exhausted:
+                        continue
+                    if self.constraints.distinct_devices and candidate.device_id in devices:
                         continue
                     error = self._bind(hostname, unit, candidate.rp_uuid)
                     if error is None:
+                        devices.add(candidate.device_id)
                         reason = None
                         break
                     exhausted.add(candidate.rp_uuid)  # it will not serve this claim
@@ -687,6 +702,7 @@ class _Binder:
             need=self.programs.get(unit.group_index) if unit.handle is None else None,
             project_id=self.project_id,
             named=unit.handle,
+            constraints=self.constraints if unit.handle is None else None,
         )
         if state == arqs.BIND_FAILED:
             self.conn.execute(sa.delete(arq).where(arq.c.uuid == uuid))

@@ -29,6 +29,7 @@ send with ``data: <@snapshots/...``. They are written by
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import os
 import tempfile
@@ -351,12 +352,101 @@ class BindInProgressFixture(fixture.GabbiFixture):
         _set_environ(IN_PROGRESS_ARQ=arq["uuid"])
 
 
+def _nic(address: str, numa_node: int) -> Device:
+    """A NIC (CUSTOM_NIC), one attach handle."""
+    return Device(
+        type="NIC",
+        vendor="15b3",
+        model="ConnectX-6",
+        driver_name="static",
+        controlpath_id=pci_cpid(address),
+        pci_address=address,
+        numa_node=numa_node,
+        deployables=(
+            Deployable(
+                name=f"nic_{address}",
+                num_accelerators=1,
+                resource_class="CUSTOM_NIC",
+                traits=(),
+                driver_name="static",
+                attach_handles=(AttachHandle("PCI", pci_cpid(address)),),
+            ),
+        ),
+    )
+
+
+# The hosts of the dry-run story (claims-dry-run.yaml), one reason each: host → devices.
+DRY_RUN_HOSTS = {
+    "a-silent": lambda: [gpu("0000:3b:00.0")],
+    "b-drained": lambda: [gpu("0000:3b:00.0")],
+    "c-unhealthy": lambda: [gpu("0000:3b:00.0")],
+    "d-inactive": lambda: [gpu("0000:3b:00.0")],
+    "e-nic": lambda: [_nic("0000:5e:00.0", 1)],
+    "f-a100": lambda: [
+        dataclasses.replace(
+            gpu("0000:3b:00.0"),
+            deployables=(
+                dataclasses.replace(
+                    gpu("0000:3b:00.0").deployables[0], traits=("CUSTOM_NVIDIA_20B0",)
+                ),
+            ),
+        )
+    ],
+    "g-node0": lambda: [dataclasses.replace(gpu("0000:3b:00.0"), numa_node=0)],
+    "h-held": lambda: [gpu("0000:3b:00.0")],
+    "i-free": lambda: [gpu("0000:3b:00.0"), _nic("0000:5e:00.0", 0)],
+    "j-unlabelled": lambda: [gpu("0000:3b:00.0")],
+}
+# Labelled team=ml: every GPU but j-unlabelled's.
+_UNLABELLED = ("j-unlabelled",)
+
+
+class DryRunFixture(APIFixture):
+    """APIFixture plus the hosts of DRY_RUN_HOSTS, each reported by its agent; a-silent
+    last reported a day ago; the GPUs labelled team=ml but j-unlabelled's. Sets
+    ``DEV_<HOST>`` (a-silent → DEV_A_SILENT) to the uuid of each host's first device."""
+
+    def start_fixture(self):
+        super().start_fixture()
+        for hostname, devices in DRY_RUN_HOSTS.items():
+            self.db.write(inventory.apply_snapshot, hostname, snapshot(hostname, devices()))
+        dev, hosts = models.devices, models.hosts
+
+        def _arrange(conn):
+            conn.execute(
+                sa.update(hosts)
+                .where(hosts.c.hostname == "a-silent")
+                .values(last_report_at=models.utcnow() - dt.timedelta(days=1))
+            )
+            conn.execute(
+                sa.update(dev)
+                .where(dev.c.type == "GPU", dev.c.hostname.not_in(_UNLABELLED))
+                .values(labels=json.dumps({"team": "ml"}))
+            )
+            rows = conn.execute(
+                sa.select(dev.c.hostname, dev.c.uuid).order_by(dev.c.hostname, dev.c.id)
+            )
+            found: dict[str, str] = {}
+            for row in rows:
+                found.setdefault(row.hostname, row.uuid)
+            return found
+
+        for hostname, device in self.db.write(_arrange).items():
+            _set_environ(**{"DEV_" + hostname.upper().replace("-", "_"): device})
+
+
 def fixtures_for(backend: str) -> types.SimpleNamespace:
     """The fixture classes YAML files name, bound to ``backend``."""
     return types.SimpleNamespace(
         **{
             cls.__name__: type(cls.__name__, (cls,), {"backend": backend})
-            for cls in (APIFixture, InactiveAPIFixture, InventoryFixture, BindInProgressFixture)
+            for cls in (
+                APIFixture,
+                InactiveAPIFixture,
+                InventoryFixture,
+                BindInProgressFixture,
+                DryRunFixture,
+            )
         }
     )
 

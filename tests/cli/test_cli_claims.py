@@ -105,3 +105,34 @@ def test_named_handles_and_the_refusals(cli, api):
 
     cli.run("claim", "release", claim["uuid"])
     assert _held(api) == 0
+
+
+def test_a_dry_run_shows_the_choice_and_every_reason_and_claims_nothing(cli, api):
+    _profile(cli, "dry-fpga", "resources:FPGA=1")
+    _profile(cli, "dry-never", "resources:FPGA=1,trait:CUSTOM_NO_SUCH_TRAIT=required")
+    before = api.list("/v2/claims", "claims", V)
+    table = cli.run("claim", "create", "--profile", "dry-fpga", "--dry-run")
+    assert table.returncode == 0
+    lines = table.stdout.splitlines()
+    assert any("HOST" in line and "VERDICT" in line and "REASON" in line for line in lines)
+    assert any(HOST in line and "chosen" in line for line in lines)
+    answer = cli.json("claim", "create", "--profile", "dry-fpga", "--dry-run")
+    assert answer["dry_run"] is True and answer["hostname"] == HOST
+    (taken,) = answer["devices"]
+    verdicts = {d["device_uuid"]: d["verdict"] for h in answer["hosts"] for d in h["devices"]}
+    assert verdicts[taken["device_uuid"]] == "chosen"
+    assert "wrong_resource_class" in verdicts.values()  # the simulated host's GPUs, NICs …
+
+    refused = cli.run("claim", "create", "--profile", "dry-never", "--dry-run", check=False)
+    assert refused.returncode == 1
+    assert "No device on any host can take the claim:" in refused.stdout
+    assert "missing trait CUSTOM_NO_SUCH_TRAIT" in refused.stdout
+    assert api.list("/v2/claims", "claims", V) == before  # nothing claimed
+    with_handle = cli.run(
+        "claim", "create", "--handle", str(uuid.uuid4()), "--dry-run", check=False
+    )
+    assert with_handle.returncode == 1 and "exosuit.claim.selection" in with_handle.stderr
+    waiting = cli.run(
+        "claim", "create", "--profile", "dry-fpga", "--dry-run", "--wait", check=False
+    )
+    assert waiting.returncode == 1 and "nothing to --wait for" in waiting.stderr

@@ -11,7 +11,9 @@ from exosuit.api import claim_saga, pagination, wsgi
 from exosuit.api.describe import (
     BOOL,
     CSV,
+    INT,
     LINKS,
+    NINT,
     NSTR,
     STR,
     TEXT,
@@ -28,6 +30,7 @@ from exosuit.api.describe import (
 from exosuit.api.policies import claims as policies
 from exosuit.api.schemas import claims as schema
 from exosuit.api.schemas import limits
+from exosuit.db import candidates
 from exosuit.db import claims as db
 
 __all__ = [
@@ -81,6 +84,54 @@ def _serialize(req: wsgi.Request, claim: dict[str, Any]) -> dict[str, Any]:
 serialize = _serialize
 
 
+def _verdict(verdict: candidates.Verdict) -> dict[str, Any]:
+    return {
+        "device_uuid": verdict.device_uuid,
+        "deployable_uuid": verdict.deployable_uuid,
+        "deployable_name": verdict.deployable_name,
+        "rp_uuid": verdict.rp_uuid,
+        "group": verdict.group,
+        "verdict": verdict.code,
+        "reason": verdict.message,
+        "holders": [
+            {"arq_uuid": h.arq_uuid, "instance_uuid": h.instance_uuid, "claim_uuid": h.claim_uuid}
+            for h in verdict.holders
+        ],
+    }
+
+
+def _serialize_dry_run(found: db.DryRun) -> dict[str, Any]:
+    """CLAIM_DRY_RUN (doc/devices.md, "Why not here?"): each host's verdict, then its
+    deployables'."""
+    hosts: dict[str, dict[str, Any]] = {}
+    for v in found.evaluation.verdicts:
+        if v.device_uuid is None:
+            hosts[v.hostname] = {
+                "hostname": v.hostname,
+                "verdict": v.code,
+                "reason": v.message,
+                "devices": [],
+            }
+        else:
+            hosts[v.hostname]["devices"].append(_verdict(v))
+    return {
+        "dry_run": True,
+        "hostname": found.evaluation.chosen,
+        "reason": found.refusal,
+        "consumer_claim": found.consumer_claim,
+        "devices": [
+            {
+                "group": index,
+                "device_uuid": c.device_uuid,
+                "deployable_uuid": c.deployable_uuid,
+                "rp_uuid": c.rp_uuid,
+            }
+            for index, c in found.chosen
+        ],
+        "hosts": list(hosts.values()),
+    }
+
+
 def _scope(req: wsgi.Request) -> db.Scope:
     """Admins see every project's claims; everyone else only their project's."""
     if req.context.is_admin_role:
@@ -97,8 +148,9 @@ def _uuid(req: wsgi.Request) -> str:
 
 def parse_request(req: wsgi.Request, body: Any) -> db.ClaimRequest:
     """The POST body as a ClaimRequest of the caller's project: 400 for a body that
-    names both a profile and attach handles, or neither, that is not POST_CLAIM_V2_8,
-    or that asks more ARQs than ``[api] max_arqs_per_request``."""
+    names both a profile and attach handles, or neither, that is not POST_CLAIM_V2_8
+    (POST_CLAIM_V2_10 from 2.10), that names attach handles with ``numa_node`` or
+    ``dry_run``, or that asks more ARQs than ``[api] max_arqs_per_request``."""
     if isinstance(body, dict) and ("device_profile_name" in body) == ("attach_handles" in body):
         raise wsgi.ApiError(
             400,
@@ -106,7 +158,16 @@ def parse_request(req: wsgi.Request, body: Any) -> db.ClaimRequest:
             "attach_handles (these ones).",
             "exosuit.claim.selection",
         )
-    wsgi.validate(body, schema.POST_CLAIM_V2_8)
+    later = req.version.matches((2, 10))
+    wsgi.validate(body, schema.POST_CLAIM_V2_10 if later else schema.POST_CLAIM_V2_8)
+    chooses = [k for k, v in (("numa_node", None), ("dry_run", False)) if body.get(k, v) != v]
+    if "attach_handles" in body and chooses:
+        raise wsgi.ApiError(
+            400,
+            f"{' and '.join(chooses)} choose among a device profile's devices "
+            "(device_profile_name); named attach_handles are chosen already.",
+            "exosuit.claim.selection",
+        )
     handles = tuple(h.lower() for h in body.get("attach_handles", ()))
     limit = limits.Limits.from_conf(req.app.conf).arqs_per_request
     if len(handles) > limit:
@@ -122,6 +183,8 @@ def parse_request(req: wsgi.Request, body: Any) -> db.ClaimRequest:
         consumer=body.get("consumer"),
         expires_in=body.get("expires_in"),
         container=bool(body.get("container", False)),
+        numa_node=body.get("numa_node"),
+        dry_run=bool(body.get("dry_run", False)),
     )
 
 
@@ -130,9 +193,12 @@ def create_claim(req: wsgi.Request) -> wsgi.Response:
     ``pending``, then ``bound`` or ``failed``). The live claim of the same ``consumer``
     is answered again (idempotent). 409 ``exosuit.claim.unsatisfiable`` (nothing held);
     404 for an unknown profile, attach handle or host; 503 when Placement does not
-    answer (nothing held)."""
+    answer (nothing held). With ``dry_run`` (2.10): 200, what it would take and why not
+    the rest, nothing written (doc/devices.md, "Why not here?")."""
     req.app.authorize(req, policies.CREATE)
     request = parse_request(req, wsgi.extract_json(req))
+    if request.dry_run:
+        return wsgi.json_response(200, _serialize_dry_run(claim_saga.dry_run(req, request)))
     claim = claim_saga.make(req, request).claim
     status = 202 if claim["state"] == db.PENDING else 201
     headers = [("Location", req.link("claims", claim["uuid"])["href"])]
@@ -229,16 +295,57 @@ SHAPES: dict[str, Schema] = {
             "links": LINKS,
         }
     ),
+    "ClaimDryRun": obj(
+        {
+            "dry_run": BOOL,
+            "hostname": {"description": "where the claim would be made; null: refused", **NSTR},
+            "reason": {"description": "why it would be refused (the 409's sentence)", **NSTR},
+            "consumer_claim": {"description": "the consumer's live claim, returned", **NSTR},
+            "devices": {
+                "type": "array",
+                "items": obj(
+                    {"group": INT, "device_uuid": STR, "deployable_uuid": STR, "rp_uuid": STR}
+                ),
+            },
+            "hosts": {
+                "type": "array",
+                "items": obj(
+                    {
+                        "hostname": STR,
+                        "verdict": {"enum": list(candidates.HOST_VERDICTS)},
+                        "reason": STR,
+                        "devices": {"type": "array", "items": ref("ClaimVerdict")},
+                    }
+                ),
+            },
+        }
+    ),
+    "ClaimVerdict": obj(
+        {
+            "device_uuid": STR,
+            "deployable_uuid": STR,
+            "deployable_name": STR,
+            "rp_uuid": STR,
+            "group": {"description": "the profile group it came closest to serving", **NINT},
+            "verdict": {"enum": [candidates.CHOSEN, candidates.SPARE, *candidates.ORDER]},
+            "reason": STR,
+            "holders": {
+                "type": "array",
+                "items": obj({"arq_uuid": STR, "instance_uuid": NSTR, "claim_uuid": NSTR}),
+            },
+        }
+    ),
 }
 
 
 OPERATIONS: dict[Handler, Operation] = {
     create_claim: Operation(
-        "Claim devices: bound by Exosuit on one host, without Nova (2.8)",
-        ok=(201, 202),
+        "Claim devices: bound by Exosuit on one host, without Nova (2.8); or, with "
+        "dry_run (2.10), what it would take and why not the rest",
+        ok=(200, 201, 202),
         errors=(404, 409),
-        body=schema.POST_CLAIM_V2_8,
-        returns=ref("Claim"),
+        body=schema.POST_CLAIM_V2_10,
+        returns={"anyOf": [ref("Claim"), ref("ClaimDryRun")]},
     ),
     list_claims: Operation(
         "List claims",

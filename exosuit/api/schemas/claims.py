@@ -9,20 +9,37 @@ _EXPIRES_IN = {"type": "integer", "minimum": 1, "maximum": MAX_EXPIRES_IN}
 # A profile's devices (Exosuit picks them) or the attach handles named (the DRA plugin's:
 # the scheduler chose them), on ``hostname`` or any one host. How many ARQs a claim makes
 # is bounded by [api] max_arqs_per_request (checked after the schema).
+_PROPERTIES_V2_8 = {
+    "device_profile_name": {"type": "string", "minLength": 1, "maxLength": 255},
+    "attach_handles": {"type": "array", "minItems": 1, "uniqueItems": True, "items": UUID},
+    "hostname": {"type": "string", "minLength": 1, "maxLength": 255},
+    "consumer": {"type": ["string", "null"], "maxLength": 255},
+    "expires_in": {"anyOf": [_EXPIRES_IN, {"type": "null"}]},
+    "container": {"type": "boolean"},
+}
+_ONE_OF = [
+    {"required": ["device_profile_name"], "not": {"required": ["attach_handles"]}},
+    {"required": ["attach_handles"], "not": {"required": ["device_profile_name"]}},
+]
 POST_CLAIM_V2_8 = {
     "type": "object",
+    "properties": _PROPERTIES_V2_8,
+    "oneOf": _ONE_OF,
+    "additionalProperties": False,
+}
+
+# 2.10: ``numa_node`` (every device of the profile's claim on that NUMA node) and
+# ``dry_run`` (place nothing: say what would be chosen and why not the rest;
+# doc/devices.md, "Why not here?"). Both choose among a profile's devices: with
+# ``attach_handles`` the devices are chosen already (a 400, parse_request).
+POST_CLAIM_V2_10 = {
+    "type": "object",
     "properties": {
-        "device_profile_name": {"type": "string", "minLength": 1, "maxLength": 255},
-        "attach_handles": {"type": "array", "minItems": 1, "uniqueItems": True, "items": UUID},
-        "hostname": {"type": "string", "minLength": 1, "maxLength": 255},
-        "consumer": {"type": ["string", "null"], "maxLength": 255},
-        "expires_in": {"anyOf": [_EXPIRES_IN, {"type": "null"}]},
-        "container": {"type": "boolean"},
+        **_PROPERTIES_V2_8,
+        "numa_node": {"type": "integer", "minimum": 0, "maximum": 4095},
+        "dry_run": {"type": "boolean"},
     },
-    "oneOf": [
-        {"required": ["device_profile_name"], "not": {"required": ["attach_handles"]}},
-        {"required": ["attach_handles"], "not": {"required": ["device_profile_name"]}},
-    ],
+    "oneOf": _ONE_OF,
     "additionalProperties": False,
 }
 
