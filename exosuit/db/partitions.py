@@ -271,7 +271,9 @@ def unsupported(
                 return f"{kind} {name!r} is not one of its {words}: {listed}"
             most = _number(offered[name].get(bound)) if bound else None
             if most is not None and int(count) > most:
-                return f"it makes at most {most} of {kind} {name!r}, not {count} ({words}: {listed})"
+                return (
+                    f"it makes at most {most} of {kind} {name!r}, not {count} ({words}: {listed})"
+                )
     return None
 
 

@@ -20,7 +20,8 @@ Two doors, one value (``ProfileGroup``):
   a key or value with ``GroupInvalid`` (the message says which and why) and gives the
   group its normal form, the one stored: blanks around names and values stripped,
   amounts written as decimal integers. A group with ``trait:`` keys needs a
-  ``resources:`` key too (Placement lands a trait on a resource class's provider). A stricter rule adds a check to ``_CHECKS``.
+  ``resources:`` key too (Placement lands a trait on a resource class's provider). A
+  stricter rule adds a check to ``_CHECKS``.
 * ``read`` takes a stored group as it is, without judging it again (a profile imported
   from Cyborg was never parsed): keys of another prefix and trait values other than
   ``required``/``forbidden`` count for nothing; an amount that is not an integer is a
