@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from exosuit.api import microversion, router
+from exosuit.api import microversion, openapi, router
 from exosuit.cli import base as cli_base
 from exosuit.cli.app import COMMANDS
 from tests.helpers.devices import HOST, OTHER, V2_7, device, drivers, report, service
@@ -278,3 +278,29 @@ def test_vfs_beyond_the_reported_total_and_kinds_not_reported_are_refused(api):
     # A device that reports no VF total leaves the count to its driver.
     r = api.put(f"/v2/devices/{uuids[bare]}/partitions", {"vfs": 4}, version=V2_9)
     assert r.status_code == 202, r.text
+
+
+# What a handler module reads of the query, named as a literal: req.GET.get("x"),
+# req.GET["x"], text_param(req, "x"), query_list(req, "x"), _uuid_param(req, "x"), and
+# the names of a loop over a literal tuple.
+_READS = re.compile(
+    r'(?:req\.GET\.get\(|req\.GET\[|(?:text_param|query_list|_uuid_param)\(req, )"(\w+)"'
+)
+_LOOPS = re.compile(r"for \w+ in \(((?:\"\w+\",?\s*)+)\):\n(?:.*\n){0,2}.*(?:text_param|GET)")
+
+
+def test_every_parameter_a_handler_reads_is_declared():
+    """The declaration the strict check reads is complete: a handler that reads a query
+    parameter its module's OPERATIONS do not declare would refuse it at 2.10."""
+    read_somewhere = 0
+    for module in openapi.DESCRIBED:
+        source = Path(module.__file__).read_text()
+        read = set(_READS.findall(source))
+        for names in _LOOPS.findall(source):
+            read |= set(re.findall(r'"(\w+)"', names))
+        declared = {
+            q["name"] for handler, operation in module.OPERATIONS.items() for q in operation.query
+        }
+        assert read <= declared, (module.__name__, sorted(read - declared))
+        read_somewhere += len(read)
+    assert read_somewhere >= 20, "the handlers' reads were not found"
