@@ -4,7 +4,8 @@
     ├── Invalid                  bad input the domain layer detected
     │   ├── InventoryInvalid     a snapshot the schema passes but that cannot be applied
     │   ├── DeviceLabelsInvalid  a label key, value or count the rules refuse
-    │   └── LimitExceeded        a request beyond a configured limit (doc/limits.md)
+    │   ├── LimitExceeded        a request beyond a configured limit (doc/limits.md)
+    │   └── PartitionUnsupported a partition layout the device's capabilities cannot make
     ├── NotFound
     │   ├── DeviceProfileNotFound
     │   ├── AcceleratorRequestNotFound
@@ -17,6 +18,7 @@
     │   ├── ImageNotFound        absent, or not visible to the caller
     │   ├── ProgramNotFound
     │   ├── DiscoveryNotFound
+    │   ├── DriverNotFound       a driver no host asked reports (install, update)
     │   ├── ClaimNotFound
     │   ├── AuditEventNotFound
     │   └── ServerNotAttached    detach: no live claim of that server (consumer)
@@ -107,6 +109,14 @@ class LimitExceeded(Invalid):
 
     msg_fmt = "%(what)s; at most %(limit)d (%(option)s)."
     code = "exosuit.limit.exceeded"
+
+
+class PartitionUnsupported(Invalid):
+    """A partition layout the device's reported services cannot make (the message names
+    what it can make)."""
+
+    msg_fmt = "Device %(uuid)s cannot make the partition layout asked: %(reason)s."
+    code = "exosuit.partition.unsupported"
 
 
 class NotFound(ExosuitError):
@@ -336,6 +346,17 @@ class ProgramEnded(Conflict):
 class DiscoveryNotFound(NotFound):
     msg_fmt = "Discovery %(uuid)s could not be found."
     code = "exosuit.discovery.not_found"
+
+
+class DriverNotFound(NotFound):
+    """Installing or updating a driver that no agent of the hosts asked reports (the
+    message names the drivers they do report)."""
+
+    msg_fmt = (
+        "Driver %(name)s could not be found: no agent of %(hosts)s reports it. "
+        "The drivers reported there: %(known)s."
+    )
+    code = "exosuit.driver.not_found"
 
 
 class DeviceInUse(Conflict):

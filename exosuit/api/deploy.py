@@ -174,6 +174,10 @@ class Application:
                 )
             if version is not None:
                 req.version = version
+                if req.method == "GET" and version.matches(router.STRICT_QUERIES):
+                    unknown = route.unknown_query(req.method, req.GET.keys())
+                    if unknown is not None:
+                        raise wsgi.ApiError(400, unknown, "exosuit.query.unknown")
             req.route_path = path
             req.route_args = args
             req.context = self.context(environ)

@@ -71,7 +71,16 @@ from exosuit.api.handlers import (
     summary,
 )
 
-__all__ = ["DESCRIBED", "OPERATIONS", "SHAPES", "Operation", "build", "document", "document_bytes"]
+__all__ = [
+    "DESCRIBED",
+    "OPERATIONS",
+    "SHAPES",
+    "Operation",
+    "build",
+    "described",
+    "document",
+    "document_bytes",
+]
 
 _JSON = "application/json"
 
@@ -307,7 +316,7 @@ def _parameters(route: _Route, method: str, operation: Operation) -> list[Schema
 
 
 def _operation(route: _Route, method: str, handler: Handler, public: bool) -> dict[str, Any]:
-    operation = _described(handler)
+    operation = described(handler)
     item: dict[str, Any] = {
         "operationId": f"{handler.__module__.rsplit('.', 1)[-1]}.{handler.__name__}",
         "summary": operation.summary,
@@ -340,7 +349,7 @@ def _operation(route: _Route, method: str, handler: Handler, public: bool) -> di
     return item
 
 
-def _described(handler: Handler) -> Operation:
+def described(handler: Handler) -> Operation:
     """The handler's entry; for one without (a test fails for it), what its docstring says:
     the document is still served, less precise."""
     found = OPERATIONS.get(handler)

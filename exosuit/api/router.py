@@ -8,7 +8,7 @@ added by a microversion are wrapped by ``since``: below it they are not found.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from exosuit.api import openapi
@@ -42,7 +42,7 @@ from exosuit.api.handlers import (
     summary,
 )
 
-__all__ = ["ROUTES", "Route", "Router", "Since", "since"]
+__all__ = ["ROUTES", "STRICT_QUERIES", "Route", "Router", "Since", "since"]
 
 Handler = Callable[..., Any]
 
@@ -87,6 +87,11 @@ V2_8 = (2, 8)
 V2_9 = (2, 9)
 # Microversion 2.10 (say no to what cannot be honoured; device CRUD, attach and detach).
 V2_10 = (2, 10)
+
+# Microversion 2.10: a GET's unknown query parameter is a 400 (Placement's habit); the
+# parameters a handler accepts are the ``query`` of its OPERATIONS entry
+# (exosuit/api/describe.py), the same declaration /openapi.json shows.
+STRICT_QUERIES = (2, 10)
 
 # path template → {method: handler}
 ROUTES: dict[str, dict[str, Handler]] = {
@@ -214,7 +219,16 @@ _TOP_LEVEL = ("v2", "agent", "healthz", "metrics", "dashboard", "openapi.json")
 
 
 class Route:
-    __slots__ = ("template", "regex", "methods", "versioned", "allow", "since", "always")
+    __slots__ = (
+        "template",
+        "regex",
+        "methods",
+        "versioned",
+        "allow",
+        "since",
+        "always",
+        "accepted",
+    )
 
     def __init__(self, template: str, methods: dict[str, Handler]) -> None:
         self.template = template
@@ -228,6 +242,28 @@ class Route:
         # Everything under /v2 carries microversion headers (Cyborg's v2 controller).
         self.versioned = template == "/v2" or template.startswith("/v2/")
         self.allow = ", ".join(sorted(methods))
+        # method → the query parameters its handler declares (its OPERATIONS entry).
+        self.accepted = {
+            method: frozenset(q["name"] for q in openapi.described(handler).query)
+            for method, handler in methods.items()
+        }
+
+    def unknown_query(self, method: str, names: Iterable[str]) -> str | None:
+        """Why a ``method`` request with the query parameters ``names`` is refused
+        (microversion 2.10 and later: a parameter its handler does not declare), naming
+        them and the accepted ones; None when every one is declared."""
+        accepted = self.accepted.get(method, frozenset())
+        unknown = sorted(set(names) - accepted)
+        if not unknown:
+            return None
+        where = f"{method} {self.template}"
+        said = ", ".join(repr(name) for name in unknown)
+        if not accepted:
+            return f"Unknown query parameter(s) {said}: {where} takes no query parameters."
+        return (
+            f"Unknown query parameter(s) {said}: {where} accepts only "
+            f"{', '.join(sorted(accepted))}."
+        )
 
     def since_for(self, method: str) -> tuple[int, int] | None:
         """The microversion below which ``method`` is answered as an unknown path (None:

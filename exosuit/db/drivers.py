@@ -120,6 +120,19 @@ def _known_hosts(conn: Connection, hostnames: Sequence[str] | None) -> list[str]
     return sorted(known)
 
 
+def _offered(conn: Connection, name: str, targets: Sequence[str], every_host: bool) -> None:
+    """DriverNotFound unless an agent of ``targets`` reports driver ``name`` (a plug-in it
+    has, enabled or not): no agent could act on a wish for another."""
+    stmt = sa.select(hd.c.name).where(hd.c.reported_at.is_not(None)).distinct()
+    if not every_host:
+        stmt = stmt.where(hd.c.hostname.in_(targets))
+    # Compared here: MariaDB's collation ignores case.
+    known = sorted(set(conn.execute(stmt).scalars()))
+    if name not in known:
+        hosts = "any host" if every_host else ", ".join(targets)
+        raise exceptions.DriverNotFound(name=name, hosts=hosts, known=", ".join(known) or "none")
+
+
 def _wish(
     action: str, config: Mapping[str, str] | None, before: tuple[bool | None, str | None]
 ) -> tuple[bool | None, str | None]:
@@ -162,10 +175,13 @@ def change(
     ``hostnames`` (every host, and those that report later, for None): ``{"driver",
     "action", "all_hosts", "hosts": [{"hostname", "generation"}], "deactivated":
     [device uuids]}``. ``config`` (option → string) replaces the options asked before
-    (None keeps them). Raises HostNotFound (a host never seen), DriverInUse (uninstall
+    (None keeps them). Raises HostNotFound (a host never seen), DriverNotFound (install or
+    update of a driver no agent of those hosts reports), DriverInUse (uninstall
     while an attach handle of one of its devices on those hosts is held); nothing
     changes then."""
     targets = _known_hosts(conn, hostnames)
+    if action != "uninstall":
+        _offered(conn, name, targets, hostnames is None)
     devices: list[sa.Row[*tuple[Any, ...]]] = []
     if action == "uninstall":
         devices = _devices_of(conn, name, hostnames)

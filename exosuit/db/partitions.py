@@ -14,6 +14,11 @@ generation (``partition_generation``), the agent applies it through the driver a
 reports ``applied`` or ``failed`` (with the reason) naming that generation
 (``record_outcome``); a late outcome for an older layout is refused.
 
+A layout the device cannot make, as its host reported it, is refused
+(``PartitionUnsupported``, 400, naming what it can make; ``unsupported``): an mdev type or
+MIG profile the device's services do not list, more MIG instances of a profile than its
+``max_instances``, more VFs than the VF total it reports.
+
 The slices that exist are the device's attach handles (they come from discovery, so new
 mdevs and VFs appear, and are offered to Placement, with the next report). A layout that
 would remove a slice in use is refused (``PartitionInUse``, 409): for each slice type,
@@ -37,6 +42,7 @@ from sqlalchemy.engine import Connection
 
 from exosuit import exceptions, schemas
 from exosuit.db import audit, models
+from exosuit.db import services as services_db
 from exosuit.db.desired_state import bump
 
 __all__ = [
@@ -51,6 +57,7 @@ __all__ = [
     "record_outcome",
     "set_layout",
     "slice_type",
+    "unsupported",
 ]
 
 APPLYING = "applying"
@@ -127,6 +134,8 @@ def _row(conn: Connection, uuid: str, *, lock: bool) -> sa.Row[*tuple[Any, ...]]
         dev.c.partition_reason,
         dev.c.partition_generation,
         dev.c.partition_on_demand,
+        dev.c.std_board_info,
+        dev.c.vendor_board_info,
     ).where(dev.c.uuid == uuid.lower())
     row = conn.execute(stmt.with_for_update() if lock else stmt).first()
     if row is None:
@@ -213,11 +222,83 @@ def refusal(layout: Mapping[str, Any], slices: list[Slice], old: Any) -> str | N
     return "; ".join(short) or None
 
 
+# The service kind (doc/devices.md, Services) that says what slices of a layout's kind a
+# device can make, and the detail that bounds a count (a MIG profile's max_instances; an
+# mdev type's available_instances changes as mdevs are made, so bounds nothing here).
+_SERVICE_OF_KIND = {"mdev": ("vgpu", None), "mig": ("mig", "max_instances")}
+_KIND_WORDS = {"mdev": "vGPU (mdev) types", "mig": "MIG profiles"}
+
+
+def _number(value: Any) -> int | None:
+    text = str(value).strip() if value is not None else ""
+    return int(text) if text.isdigit() else None
+
+
+def _vf_total(services: list[services_db.DeviceService], board: Mapping[str, Any]) -> int | None:
+    """The VFs the device reports it can make: its ``sriov`` service's ``total``, or
+    ``sriov_totalvfs`` of its board info; None when it reports neither."""
+    for service in services:
+        if service["kind"] == "sriov":
+            total = _number(service["details"].get("total"))
+            if total is not None:
+                return total
+    return _number(board.get("sriov_totalvfs"))
+
+
+def unsupported(
+    layout: Mapping[str, Any],
+    services: list[services_db.DeviceService],
+    board: Mapping[str, Any],
+) -> str | None:
+    """Why the device cannot make ``layout``, as its host reported it (its services, its
+    board info), naming what it can make; None when it can. An mdev type or a MIG profile
+    must be one of the device's ``vgpu`` or ``mig`` services, a MIG count at most its
+    ``max_instances``; a VF count at most the VF total the device reports (a device that
+    reports none leaves the count to its driver)."""
+    if "vfs" in layout:
+        total = _vf_total(services, board)
+        if total is not None and int(layout["vfs"]) > total:
+            return f"it reports at most {total} SR-IOV VFs, not {layout['vfs']}"
+        return None
+    for kind, (service_kind, bound) in _SERVICE_OF_KIND.items():
+        if kind not in layout:
+            continue
+        offered = {s["name"]: s["details"] for s in services if s["kind"] == service_kind}
+        words = _KIND_WORDS[kind]
+        listed = ", ".join(sorted(offered)) or "none"
+        for name, count in sorted(layout[kind].items()):
+            if name not in offered:
+                return f"{kind} {name!r} is not one of its {words}: {listed}"
+            most = _number(offered[name].get(bound)) if bound else None
+            if most is not None and int(count) > most:
+                return (
+                    f"it makes at most {most} of {kind} {name!r}, not {count} ({words}: {listed})"
+                )
+    return None
+
+
+def _capabilities(
+    conn: Connection, row: sa.Row[*tuple[Any, ...]]
+) -> tuple[list[services_db.DeviceService], dict[str, Any]]:
+    """The device's services and board info (std and vendor) as its host last reported."""
+    board: dict[str, Any] = {}
+    for text in (row.vendor_board_info, row.std_board_info):
+        try:
+            info = json.loads(text) if text else {}
+        except ValueError:
+            info = {}
+        if isinstance(info, dict):
+            board.update(info)
+    return services_db.of_devices(conn, [row.id])[row.id], board
+
+
 def set_layout(conn: Connection, uuid: str, layout: Mapping[str, Any]) -> PartitionView:
     """Set the device's partition layout (validated by the API's schema): ``applying`` at
     the host's next desired-state generation. The same layout again while it is applying
     or applied changes nothing (idempotent); after a failure it is applied again.
-    Raises DeviceNotFound, PartitionInUse (a slice in use would go; nothing changes).
+    Raises DeviceNotFound, PartitionUnsupported (a layout the device's reported services
+    cannot make, ``unsupported``), PartitionInUse (a slice in use would go; nothing
+    changes).
     Returns ``get``'s view."""
     if layout.get("on_demand") and "vfs" in layout:
         raise exceptions.Invalid(
@@ -230,6 +311,9 @@ def set_layout(conn: Connection, uuid: str, layout: Mapping[str, Any]) -> Partit
     text = schemas.canonical_json(dict(layout))
     if text == row.partition_layout and row.partition_state in (APPLYING, APPLIED):
         return _view(row, slices)
+    cannot = unsupported(layout, *_capabilities(conn, row))
+    if cannot is not None:
+        raise exceptions.PartitionUnsupported(uuid=row.uuid, reason=cannot)
     why = refusal(layout, slices, old)
     if why is not None:
         held = [s["attach_handle_uuid"] for s in slices if s["in_use"]]

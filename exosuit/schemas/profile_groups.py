@@ -19,7 +19,9 @@ Two doors, one value (``ProfileGroup``):
 * ``parse`` is the rule a new profile passes (``POST /v2/device_profiles``): it refuses
   a key or value with ``GroupInvalid`` (the message says which and why) and gives the
   group its normal form, the one stored: blanks around names and values stripped,
-  amounts written as decimal integers. A stricter rule adds a check to ``_CHECKS``.
+  amounts written as decimal integers. A group with ``trait:`` keys needs a
+  ``resources:`` key too (Placement lands a trait on a resource class's provider). A
+  stricter rule adds a check to ``_CHECKS``.
 * ``read`` takes a stored group as it is, without judging it again (a profile imported
   from Cyborg was never parsed): keys of another prefix and trait values other than
   ``required``/``forbidden`` count for nothing; an amount that is not an integer is a
@@ -253,7 +255,20 @@ def parse(group: Mapping[str, object]) -> ProfileGroup:
             raise GroupInvalid(f"key {key!r} must start with one of {', '.join(PREFIXES)}")
         name = key[len(prefix) :].strip()
         normal[prefix + name] = _CHECKS[prefix](name, str(value).strip())
+    _traits_land(normal)
     return read(normal)
+
+
+def _traits_land(group: Mapping[str, str]) -> None:
+    """GroupInvalid for a group with ``trait:`` keys but no ``resources:`` key: Placement
+    finds a trait on the provider of a resource class the group asks for, so such a group
+    matches no provider and every claim or bind of it would fail."""
+    traits = [key for key in group if key.startswith(TRAIT)]
+    if traits and not any(key.startswith(RESOURCES) for key in group):
+        raise GroupInvalid(
+            f"{', '.join(traits)} without a resources: key: Placement needs a resource "
+            "class to land a trait on (add resources:<RC>=<amount>, e.g. resources:FPGA=1)"
+        )
 
 
 def read(group: Mapping[str, str]) -> ProfileGroup:

@@ -145,9 +145,12 @@ def test_a_layout_the_device_cannot_make_fails_with_the_reason(host):
     assert host.step() is True
     assert "has no SR-IOV VFs" in _partitions(host.api, uuid)["reason"]
 
-    _set(host.api, uuid, {"mdev": {"nvidia-9999": 1}})
-    assert host.step() is True
-    assert "has no mdev type nvidia-9999" in _partitions(host.api, uuid)["reason"]
+    # A type the GPU does not list is refused by the API at once (its services name the
+    # types it has): the agent is never asked.
+    r = host.api.put(f"/v2/devices/{uuid}/partitions", {"mdev": {"nvidia-9999": 1}}, version="2.9")
+    assert r.status_code == 400, r.text
+    assert "'nvidia-9999' is not one of its vGPU (mdev) types" in r.text
+    assert _vgpu(gpu) in r.text
 
 
 def test_an_outcome_the_api_did_not_take_is_sent_again_and_not_applied_twice(host, tmp_path):

@@ -187,6 +187,25 @@ def test_sdk_lists_and_shows_the_simulated_devices(sdk, sdk_2_3, inventory):
     assert f"Device {missing} could not be found" in str(error.value)
 
 
+def test_sdk_at_the_strict_microversion_sends_only_declared_parameters(server, inventory):
+    """At 2.10 an unknown query parameter is a 400 (doc/compatibility.md): the SDK's lists
+    and shows, asked at that microversion, send none."""
+    conn = openstack.connect(
+        auth_type="none", endpoint=server.url, accelerator_default_microversion="2.10"
+    )
+    try:
+        assert {d.uuid for d in conn.accelerator.devices()} == {
+            inventory.fpga["uuid"],
+            inventory.gpu["uuid"],
+        }
+        assert len(list(conn.accelerator.deployables())) == 2
+        list(conn.accelerator.device_profiles())
+        list(conn.accelerator.accelerator_requests())
+        assert conn.accelerator.get_device(inventory.gpu["uuid"]).uuid == inventory.gpu["uuid"]
+    finally:
+        conn.close()
+
+
 def test_sdk_lists_and_shows_deployables(sdk, inventory):
     deployables = {d.name: d for d in sdk.accelerator.deployables()}
     assert set(deployables) == {FPGA_DEPLOYABLE, inventory.gpu_deployable["name"]}

@@ -1131,17 +1131,18 @@ OPS: list[Op] = [
         "driver install",
         "/v2/drivers/{name}/install",
         "POST",
-        lambda c, w: c.post("/v2/drivers/pci/install", {"hostnames": [HOST]}, version="2.7"),
+        # A driver the world's host reports (fake): another is not found.
+        lambda c, w: c.post("/v2/drivers/fake/install", {"hostnames": [HOST]}, version="2.7"),
         admin_only(ACCEPTED),
-        happened=lambda a, w, h: _driver_wish(a).get("pci", {}).get("enabled") is True,
+        happened=lambda a, w, h: _driver_wish(a).get("fake", {}).get("enabled") is True,
     ),
     Op(
         "driver update",
         "/v2/drivers/{name}/update",
         "POST",
-        lambda c, w: c.post("/v2/drivers/pci/update", {"config": {"x": "1"}}, version="2.7"),
+        lambda c, w: c.post("/v2/drivers/fake/update", {"config": {"x": "1"}}, version="2.7"),
         admin_only(ACCEPTED),
-        happened=lambda a, w, h: _driver_wish(a).get("pci", {}).get("config") == {"x": "1"},
+        happened=lambda a, w, h: _driver_wish(a).get("fake", {}).get("config") == {"x": "1"},
     ),
     Op(
         "driver uninstall",

@@ -50,8 +50,8 @@ def test_a_layout_the_device_cannot_make_fails_with_its_reason(cli, api):
         "partition",
         "set",
         gpu,
-        "--mdev",
-        "nvidia-223=1",
+        "--vfs",
+        "2",
         "--wait",
         "--timeout",
         "120",
@@ -60,8 +60,17 @@ def test_a_layout_the_device_cannot_make_fails_with_its_reason(cli, api):
         check=False,
     )
     assert failed.returncode == 1, failed.stderr
-    assert "has no mdev type nvidia-223" in failed.stderr
+    assert "has no SR-IOV VFs" in failed.stderr
     assert json.loads(failed.stdout)["state"] == "failed"
+
+
+def test_a_layout_the_device_does_not_list_is_refused_at_once(cli, api):
+    gpu = _device(api, GPU)["uuid"]
+    refused = cli.run("partition", "set", gpu, "--mdev", "nvidia-223=1", check=False)
+    assert refused.returncode == 1, refused.stderr
+    assert "'nvidia-223' is not one of its vGPU (mdev) types" in refused.stderr
+    assert "exosuit.partition.unsupported" in refused.stderr
+    assert cli.json("partition", "show", gpu)["layout"] != {"mdev": {"nvidia-223": 1}}
 
 
 def test_a_slice_in_use_is_never_removed(cli, api):

@@ -12,6 +12,7 @@ import datetime as dt
 import pytest
 import sqlalchemy as sa
 
+from exosuit import schemas
 from exosuit.conductor import kinds
 from exosuit.conductor.worker import Services, Worker
 from exosuit.db import claims as claims_db
@@ -133,7 +134,13 @@ def test_attributes_and_activation_are_recorded_on_their_objects(api):
 
 
 def test_a_driver_change_is_recorded_per_host_without_option_values(api):
-    report(api, [fpga("0000:0c:00.0")])
+    reported = snapshot(HOST, [fpga("0000:0c:00.0")])
+    reported["drivers"] = [{"name": "fake", "version": "1.0", "enabled": True, "found": 1}]
+    reported["hash"] = schemas.snapshot_hash(
+        reported["devices"], reported["driver_errors"], reported["drivers"]
+    )
+    r = api.put(f"/agent/v1/hosts/{HOST}/inventory", reported)
+    assert r.status_code == 200, r.text
     body = {"hostnames": [HOST], "config": {"password": "s3cret"}}
     r = api.post("/v2/drivers/fake/update", body, version="2.7")
     assert r.status_code == 202, r.text

@@ -5,11 +5,12 @@ tests/helpers/change_marks.py, and lives only in the tests).
 The write paths of the stories (tests/gabbits/, which run under the same watch) one
 after another through the API, as operators and agents make them: a new host's report,
 an unchanged one, changed ones (a trait more, a device gone, a device unhealthy), an
-operator's attributes, binds and releases, drain, health, a partition layout, activation,
-a discovery, a driver installed, a desired-state bump, the health sweep and a lost
-device deleted at its release. After each: no transaction changed a counter's data
-without bumping it, none bumped one whose data it left alone, and the step changed what
-it is expected to change (so that the watch saw the writes it is there for)."""
+operator's attributes, binds and releases, drain, health, services and drivers reported,
+a partition layout, activation, a discovery, a driver installed, a desired-state bump,
+the health sweep and a lost device deleted at its release. After each: no transaction
+changed a counter's data without bumping it, none bumped one whose data it left alone,
+and the step changed what it is expected to change (so that the watch saw the writes it
+is there for)."""
 
 from __future__ import annotations
 
@@ -120,6 +121,11 @@ def _health_sweep(story: Story) -> None:
     story.database.write(health.recover, 0.0)
 
 
+def _services_reported(story: Story) -> None:
+    # The GPU's vGPU types (a layout names one of them) and the host's drivers.
+    story.report("host1-services.json")
+
+
 def _partition_layout(story: Story) -> None:
     gpu = story.device("GPU")
     layout = {"mdev": {"nvidia-222": 4}, "on_demand": True}
@@ -169,6 +175,7 @@ STEPS: list[tuple[str, Callable[[Story], None], set[str]]] = [
     ("a device held back by hand and cleared", _health_by_hand, set()),
     ("a device reported unhealthy, then in warning", _health_reported, {H}),
     ("the health sweep", _health_sweep, set()),
+    ("a report with services and drivers", _services_reported, {H}),
     ("a partition layout set and applied", _partition_layout, {H}),
     ("devices deactivated and made ready", _activation, {H}),
     ("a discovery", _discovery, {H}),

@@ -31,6 +31,15 @@ def service(kind: str, name: str, enabled: bool = True, **details: str) -> Servi
     return Service(kind, name, enabled, details)
 
 
+def drivers(*names: str) -> list[dict]:
+    """What an agent reports of its driver plug-ins ``names`` (the snapshot's ``drivers``):
+    install and update need a host that reports the driver."""
+    return [
+        {"name": name, "version": "1.0", "enabled": True, "found": 0, "error": None}
+        for name in names
+    ]
+
+
 def body(hostname: str, devices, **extra) -> dict:
     """A snapshot of ``devices`` with ``extra`` fields (drivers hashed, the others not)."""
     found = snapshot(hostname, devices)

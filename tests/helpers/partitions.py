@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 from exosuit.db import inventory
-from exosuit.drivers.base import AttachHandle, Deployable, Device, pci_cpid
+from exosuit.drivers.base import AttachHandle, Deployable, Device, Service, pci_cpid
 from exosuit.schemas import device_identity
 from tests.helpers.devices import report
 
@@ -14,6 +14,9 @@ HOST = "part-host"
 GPU = "0000:3b:00.0"
 V2_9 = "2.9"
 VGPU_TYPE = "nvidia-222"
+# The vGPU types the GPU lists (services of kind vgpu, as nvidia_gpu reports them): the
+# layouts the API accepts for it name these.
+VGPU_TYPES = (VGPU_TYPE, "nvidia-223")
 
 
 def mdev_uuid(index: int, vgpu_type: str = VGPU_TYPE) -> str:
@@ -41,6 +44,10 @@ def gpu(mdevs: int = 2, vgpu_type: str = VGPU_TYPE, address: str = GPU) -> Devic
         driver_name="nvidia_gpu",
         controlpath_id=pci_cpid(address),
         pci_address=address,
+        services=tuple(
+            Service("vgpu", name, name == vgpu_type, {"available_instances": "16"})
+            for name in sorted({*VGPU_TYPES, vgpu_type})
+        ),
         deployables=(
             Deployable(
                 name=f"{HOST}_{address}",

@@ -60,9 +60,9 @@ ACCEPTED = [
         {},
     ),
     (  # the same name twice after stripping: the last one counts
-        {"trait:CUSTOM_A": "required", "trait: CUSTOM_A": "forbidden"},
-        {"trait:CUSTOM_A": "forbidden"},
-        {},
+        {"resources:FPGA": 1, "trait:CUSTOM_A": "required", "trait: CUSTOM_A": "forbidden"},
+        {"resources:FPGA": "1", "trait:CUSTOM_A": "forbidden"},
+        {"FPGA": 1},
         set(),
         {"CUSTOM_A"},
         {},
@@ -121,6 +121,15 @@ REFUSED = [
     ),
     ({"accel:label: team": "ml"}, "accel:label: team: label key ' team' is not"),
     ({"accel:label:team": "x" * 64}, "accel:label:team: the value of label team"),
+    # a trait needs a resource class to land on (Placement), forbidden ones too
+    (
+        {"trait:CUSTOM_A": "required"},
+        "trait:CUSTOM_A without a resources: key: Placement needs a resource class",
+    ),
+    (
+        {"trait:CUSTOM_A": "required", "trait:CUSTOM_B": "forbidden", "accel:numa_node": "0"},
+        "trait:CUSTOM_A, trait:CUSTOM_B without a resources: key",
+    ),
     # the first key refused is the one named
     ({"resources:FPGA": "1", "trait:X": "maybe", "bad": "1"}, "unsupported trait name 'X'"),
 ]

@@ -56,7 +56,8 @@ def normalize_groups(groups: list[JSONObject], conf: Any = None) -> list[dict[st
 
     ``resources:<RC>`` needs a standard or CUSTOM_ resource class and a positive
     integer; ``trait:<TRAIT>`` a standard or CUSTOM_ trait and ``required`` or
-    ``forbidden``; ``accel:`` keys are free-form. Within ``conf``'s ``[api]`` limits
+    ``forbidden``, and a ``resources:`` key beside it; ``accel:`` keys one of
+    ``profile_groups.ACCEL_KEYS`` or ``accel:label:<key>``. Within ``conf``'s ``[api]`` limits
     (the defaults without one): groups, keys per group, lengths, and the accelerator
     requests the profile makes (``[accelerator_requests] attach_handles_per_unit``
     counted), so that it can be used: 400 ``exosuit.limit.exceeded`` beyond.

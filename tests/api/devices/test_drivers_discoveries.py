@@ -19,6 +19,7 @@ from tests.helpers.devices import (
     body,
     desired,
     device,
+    drivers,
     hash_only,
     outcome,
     report,
@@ -45,7 +46,7 @@ def _code(response) -> str:
 
 
 def test_install_update_uninstall_are_each_hosts_desired_state(api):
-    report(api, HOST, [device()])
+    report(api, HOST, [device()], drivers=drivers("pci"))
     report(api, OTHER)
     before = desired(api, OTHER)["generation"]
 
@@ -81,7 +82,7 @@ def test_install_update_uninstall_are_each_hosts_desired_state(api):
     }
 
     # The agent applies it and says so (an unchanged report is enough).
-    snapshot = body(HOST, [device()])
+    snapshot = body(HOST, [device()], drivers=drivers("pci"))
     hash_only(api, HOST, snapshot["hash"], observed_generation=generation)
     (row,) = _drivers(api, "?name=pci")
     assert row["observed"] is True
@@ -100,7 +101,7 @@ def test_what_is_asked_of_every_host_reaches_those_that_report_later(api):
     assert [h["hostname"] for h in answer["hosts"]] == [HOST]
     assert desired(api)["drivers"] == {"nvme": {"enabled": False, "config": {}}}
 
-    report(api, OTHER)  # a host first seen after the wish
+    report(api, OTHER, drivers=drivers("nvme"))  # a host first seen after the wish
     assert desired(api, OTHER)["drivers"] == {"nvme": {"enabled": False, "config": {}}}
     fleet = [d for d in _drivers(api, "?name=nvme") if d["hostname"] is None]
     assert fleet[0]["desired"]["scope"] == "fleet"
