@@ -33,6 +33,7 @@ from exosuit.drivers.nvml import (
     open_pynvml,
 )
 from exosuit.drivers.runner import RecordedRunner
+from tests.drivers.topology import topology
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures")
 HOST = os.path.join(FIXTURES, "nvidia-gpu-host")
@@ -183,6 +184,7 @@ def gpu(bus, numa, model, product_id, firmware, board, deployables, services=())
         "controlpath_id": {"cpid_type": "PCI", "cpid_info": pci(bus)},
         "pci_address": f"0000:{bus}:00.0",
         "numa_node": numa,
+        **topology("nvidia-gpu-host", f"0000:{bus}:00.0"),
         "firmware_version": firmware,
         "std_board_info": {"product_id": product_id, "controller": "3D controller"},
         "vendor_board_info": board,

@@ -157,6 +157,8 @@ class GpuDiscovery:
             controlpath_id=pci_cpid(gpu.address),
             pci_address=gpu.address,
             numa_node=gpu.numa_node,
+            pcie_root=gpu.pcie_root,
+            iommu_group=gpu.iommu_group,
             firmware_version=vbios or (nvml.vbios_version if nvml else None),
             std_board_info={
                 "product_id": gpu.device_id,
