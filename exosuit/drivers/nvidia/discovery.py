@@ -13,12 +13,12 @@ from __future__ import annotations
 import enum
 import logging
 import os
-import re
 import subprocess
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from exosuit.drivers.base import AttachHandle, Deployable, Device, Service, pci_cpid
+from exosuit.drivers.gpu_naming import trait_token, whole_gpu
 from exosuit.drivers.nvml import (
     MigInstance,
     Nvml,
@@ -52,11 +52,6 @@ class Unset(enum.Enum):
 UNSET: Final = Unset.UNSET
 
 
-def trait_token(text: str) -> str:
-    """``T4-1B`` → ``T4_1B``, ``1g.5gb`` → ``1G_5GB``: what a custom trait may hold."""
-    return re.sub(r"[^A-Z0-9]+", "_", text.upper()).strip("_")
-
-
 class GpuDiscovery:
     """``discover`` (implements [exosuit.drivers.base.Driver]'s) and the vendor tools it
     asks. Mixed into ``NvidiaGpuDriver``, which sets these attributes."""
@@ -77,12 +72,10 @@ class GpuDiscovery:
         def _check_vgpu_addresses(
             self, gpus: list[PciFunction], functions: Mapping[str, PciFunction]
         ) -> None: ...
-        def _vgpu(
-            self, gpu: PciFunction, vgpu_type: str, traits: list[str], extra_traits: list[str]
-        ) -> Deployable: ...
+        def _vgpu(self, gpu: PciFunction, vgpu_type: str, mig_capable: bool) -> Deployable: ...
         def _vgpu_services(self, gpu: PciFunction) -> tuple[Service, ...]: ...
         def _mig(
-            self, gpu: PciFunction, instances: tuple[MigInstance, ...], traits: list[str]
+            self, gpu: PciFunction, instances: tuple[MigInstance, ...]
         ) -> tuple[Deployable, ...]: ...
         @staticmethod
         def _mig_services(nvml: NvmlGpu | None) -> tuple[Service, ...]: ...
@@ -115,26 +108,26 @@ class GpuDiscovery:
             mig_mode, mig_pending = (_smi_mode(v) for v in smi_mig)
         else:
             mig_mode = mig_pending = None
-        traits = ["OWNER_CYBORG", f"CUSTOM_NVIDIA_{gpu.device_id.upper()}"]
-        extra_traits = ["CUSTOM_NVIDIA_MIG_CAPABLE"] if mig_mode is not None else []
+        mig_capable = mig_mode is not None
 
         # The operator's partition layout, when it asks mdevs, wins over the configuration.
         vgpu_type = self.partition_type(gpu.address) or self.vgpu_types.get(gpu.address)
         if vgpu_type is not None:
             deployables: tuple[Deployable, ...] = (
-                self._vgpu(gpu, vgpu_type, traits, extra_traits),
+                self._vgpu(gpu, vgpu_type, mig_capable),
             )
         elif mig_mode == "enabled":
             # A partitioned GPU is offered as its MIG instances, never whole.
             instances = nvml.mig_instances if nvml is not None else ()
-            deployables = self._mig(gpu, instances, traits + extra_traits)
+            deployables = self._mig(gpu, instances)
         else:
+            whole = whole_gpu(gpu.device_id, mig_capable)
             deployables = (
                 Deployable(
                     name=f"{self.hostname}_{gpu.address}",
                     num_accelerators=1,
-                    resource_class="PGPU",
-                    traits=tuple(traits + extra_traits),
+                    resource_class=whole.resource_class,
+                    traits=whole.traits,
                     attach_handles=(AttachHandle("PCI", pci_cpid(gpu.address)),),
                     driver_name=self.name,
                 ),

@@ -22,7 +22,8 @@ from oslo_config import types
 
 from exosuit.drivers.base import AttachHandle, Deployable, Device, InstallError, Service, pci_cpid
 from exosuit.drivers.binding import BindingInstall
-from exosuit.drivers.nvidia.discovery import is_nvidia_gpu, trait_token
+from exosuit.drivers.gpu_naming import vgpu
+from exosuit.drivers.nvidia.discovery import is_nvidia_gpu
 from exosuit.drivers.state import read_state, write_state
 from exosuit.drivers.sysfs import PciFunction
 
@@ -182,9 +183,7 @@ class VgpuMdevs(BindingInstall):
     def _type_dir(self, parent: str, vgpu_type: str, *rest: str) -> tuple[str, ...]:
         return ("bus", "pci", "devices", parent, "mdev_supported_types", vgpu_type, *rest)
 
-    def _vgpu(
-        self, gpu: PciFunction, vgpu_type: str, traits: list[str], extra_traits: list[str]
-    ) -> Deployable:
+    def _vgpu(self, gpu: PciFunction, vgpu_type: str, mig_capable: bool) -> Deployable:
         parents = self._mdev_parents(gpu)
         supported: dict[str, str] = {}
         for parent in parents:
@@ -206,10 +205,8 @@ class VgpuMdevs(BindingInstall):
                 f"[nvidia_gpu] vgpu_types: GPU {gpu.address} does not support vGPU type "
                 f"{vgpu_type!r}; it supports: {known}"
             )
-        type_name = supported[vgpu_type]
-        words = type_name.split()
-        # Cyborg's trait suffix: the second word of the type's name ("GRID T4-1B" → T4_1B).
-        suffix = trait_token(words[1] if len(words) > 1 else type_name)
+        # Named as exosuit/drivers/gpu_naming.py names a vGPU (Cyborg's trait).
+        naming = vgpu(gpu.device_id, vgpu_type, supported[vgpu_type], mig_capable)
 
         # Only mdevs that exist are offered (the install step creates them, ``mdevs``): a
         # handle for an instance still available would be a device that is not there;
@@ -226,11 +223,11 @@ class VgpuMdevs(BindingInstall):
         return Deployable(
             name=f"{self.hostname}_{gpu.address}",
             num_accelerators=len(handles),
-            resource_class="VGPU",
-            traits=(traits[0], f"{traits[1]}_{suffix}", *extra_traits),
+            resource_class=naming.resource_class,
+            traits=naming.traits,
             attach_handles=tuple(handles),
             driver_name=self.name,
-            extra_attributes=(("vgpu_type", vgpu_type), ("vgpu_type_name", type_name)),
+            extra_attributes=naming.attributes,
         )
 
     def _mdev_handles(
