@@ -76,12 +76,18 @@ def test_a_whole_gpu_is_named_alike():
 def test_mig_slices_are_named_alike():
     # 41:00.0 on the recorded host runs two 1g.5gb and one 3g.20gb MIG instances.
     real = by_name(nvidia(vgpu_types={}), "0000:41:00.0")
-    sim = by_name(simulated({"A100-SXM4-40GB": {"mig": {"1g.5gb": 2, "3g.20gb": 1}}}), "A100-SXM4-40GB")
+    sim = by_name(
+        simulated({"A100-SXM4-40GB": {"mig": {"1g.5gb": 2, "3g.20gb": 1}}}), "A100-SXM4-40GB"
+    )
     traits = ("OWNER_CYBORG", "CUSTOM_NVIDIA_20B0", "CUSTOM_NVIDIA_MIG_CAPABLE")
-    assert real == sim == {
-        "1g.5gb": ("CUSTOM_NVIDIA_MIG_1G_5GB", traits, (("mig_profile", "1g.5gb"),)),
-        "3g.20gb": ("CUSTOM_NVIDIA_MIG_3G_20GB", traits, (("mig_profile", "3g.20gb"),)),
-    }
+    assert (
+        real
+        == sim
+        == {
+            "1g.5gb": ("CUSTOM_NVIDIA_MIG_1G_5GB", traits, (("mig_profile", "1g.5gb"),)),
+            "3g.20gb": ("CUSTOM_NVIDIA_MIG_3G_20GB", traits, (("mig_profile", "3g.20gb"),)),
+        }
+    )
 
 
 def test_vgpus_are_named_alike():
@@ -89,20 +95,28 @@ def test_vgpus_are_named_alike():
     sim = simulated(
         {"Tesla T4": {"mdev": {"nvidia-223": 2}}, "A100-SXM4-40GB": {"mdev": {"nvidia-471": 2}}}
     )
-    assert by_name(real, "0000:af:00.0") == by_name(sim, "Tesla T4") == {
-        "nvidia-223": (
-            "VGPU",
-            ("OWNER_CYBORG", "CUSTOM_NVIDIA_1EB8_T4_1B"),
-            (("vgpu_type", "nvidia-223"), ("vgpu_type_name", "GRID T4-1B")),
-        )
-    }
-    assert by_name(real, "0000:81:00.0") == by_name(sim, "A100-SXM4-40GB") == {
-        "nvidia-471": (
-            "VGPU",
-            ("OWNER_CYBORG", "CUSTOM_NVIDIA_20B0_A100_4C", "CUSTOM_NVIDIA_MIG_CAPABLE"),
-            (("vgpu_type", "nvidia-471"), ("vgpu_type_name", "GRID A100-4C")),
-        )
-    }
+    assert (
+        by_name(real, "0000:af:00.0")
+        == by_name(sim, "Tesla T4")
+        == {
+            "nvidia-223": (
+                "VGPU",
+                ("OWNER_CYBORG", "CUSTOM_NVIDIA_1EB8_T4_1B"),
+                (("vgpu_type", "nvidia-223"), ("vgpu_type_name", "GRID T4-1B")),
+            )
+        }
+    )
+    assert (
+        by_name(real, "0000:81:00.0")
+        == by_name(sim, "A100-SXM4-40GB")
+        == {
+            "nvidia-471": (
+                "VGPU",
+                ("OWNER_CYBORG", "CUSTOM_NVIDIA_20B0_A100_4C", "CUSTOM_NVIDIA_MIG_CAPABLE"),
+                (("vgpu_type", "nvidia-471"), ("vgpu_type_name", "GRID A100-4C")),
+            )
+        }
+    )
 
 
 def test_the_naming_functions_are_what_both_drivers_use():

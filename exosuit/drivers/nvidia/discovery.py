@@ -74,6 +74,7 @@ class GpuDiscovery:
         ) -> None: ...
         def _vgpu(self, gpu: PciFunction, vgpu_type: str, mig_capable: bool) -> Deployable: ...
         def _vgpu_services(self, gpu: PciFunction) -> tuple[Service, ...]: ...
+        def _foreign_mdevs(self, gpu: PciFunction) -> list[tuple[str, str]]: ...
         def _mig(
             self, gpu: PciFunction, instances: tuple[MigInstance, ...]
         ) -> tuple[Deployable, ...]: ...
@@ -109,6 +110,7 @@ class GpuDiscovery:
         else:
             mig_mode = mig_pending = None
         mig_capable = mig_mode is not None
+        not_offered = None
 
         # The operator's partition layout, when it asks mdevs, wins over the configuration.
         vgpu_type = self.partition_type(gpu.address) or self.vgpu_types.get(gpu.address)
@@ -120,6 +122,9 @@ class GpuDiscovery:
             # A partitioned GPU is offered as its MIG instances, never whole.
             instances = nvml.mig_instances if nvml is not None else ()
             deployables = self._mig(gpu, instances)
+        elif foreign := self._foreign_mdevs(gpu):
+            # Passing the GPU through whole would take it from under those mdevs' users.
+            deployables, not_offered = (), _not_offered(foreign)
         else:
             whole = whole_gpu(gpu.device_id, mig_capable)
             deployables = (
@@ -141,6 +146,7 @@ class GpuDiscovery:
             "mig_mode_pending": mig_pending,
             "sriov_totalvfs": _str(gpu.sriov_totalvfs),
             "sriov_numvfs": _str(gpu.sriov_numvfs),
+            "not_offered_reason": not_offered,
         }
         return Device(
             type="GPU",
@@ -223,6 +229,17 @@ class GpuDiscovery:
 
 def is_nvidia_gpu(function: PciFunction) -> bool:
     return function.vendor_id == NVIDIA and function.class_code[:4] in _CONTROLLERS
+
+
+def _not_offered(foreign: list[tuple[str, str]]) -> str:
+    """Why a GPU carrying mdevs Exosuit did not make is not offered whole."""
+    mdevs = ", ".join(f"{m} ({t})" for t, m in foreign)
+    count = f"{len(foreign)} mdev{'s' if len(foreign) > 1 else ''}"
+    return (
+        f"not offered whole for passthrough: it carries {count} Exosuit did not make: "
+        f"{mdevs}; remove them, or offer the GPU as vGPUs of their type (a partition "
+        "layout, or [nvidia_gpu] vgpu_types)"
+    )
 
 
 def _smi_mode(value: str | None) -> str | None:

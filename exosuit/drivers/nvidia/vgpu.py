@@ -170,6 +170,24 @@ class VgpuMdevs(BindingInstall):
             for type_id, found in sorted(types.items(), key=lambda t: _natural(t[0]))
         )
 
+    def _foreign_mdevs(self, gpu: PciFunction) -> list[tuple[str, str]]:
+        """(type, UUID) of each mdev on the GPU (or its VFs) that Exosuit did not make:
+        neither one the install step or a layout made (the state folder's ``MDEVS_FILE``)
+        nor one with an Exosuit slot UUID."""
+        on_bus = self._mdevs_on_bus()
+        created = self._created()
+        found = []
+        for parent in self._mdev_parents(gpu):
+            for type_id in self.sysfs.listdir(
+                "bus", "pci", "devices", parent, "mdev_supported_types"
+            ):
+                existing = self._existing_mdevs(parent, type_id, on_bus)
+                slots = {
+                    self._slot_uuid(parent, type_id, i) for i in range(max(64, 2 * len(existing)))
+                }
+                found += [(type_id, m) for m in existing if m not in created and m not in slots]
+        return sorted(found)
+
     def _mdev_parents(self, gpu: PciFunction) -> list[str]:
         """Where the GPU's mdev types are: on the GPU, or on each VF (SR-IOV vGPU cards)."""
         if self.sysfs.listdir("bus", "pci", "devices", gpu.address, "mdev_supported_types"):
