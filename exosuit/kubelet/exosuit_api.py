@@ -21,6 +21,7 @@ __all__ = [
     "CLAIMS_VERSION",
     "HEALTH_VERSION",
     "INVENTORY_VERSION",
+    "TOPOLOGY_VERSION",
     "ExosuitApi",
     "ExosuitError",
     "consumer_of",
@@ -30,6 +31,7 @@ SERVICE_TYPE = "accelerator"
 INVENTORY_VERSION = "2.7"
 # Devices with their health (offered or held back); an older API answers 406.
 HEALTH_VERSION = "2.9"
+TOPOLOGY_VERSION = "2.10"
 CLAIMS_VERSION = "2.8"
 TIMEOUT = 30.0
 LIVE_STATES = ("pending", "bound", "failed")  # claims not released
@@ -124,16 +126,17 @@ class ExosuitApi:
     def inventory(self, hostname: str, node: str) -> Inventory:
         """The devices and attach handles of ``hostname``, and which of its handles
         claims of Kubernetes consumers hold, as the ResourceSlices of ``node`` need."""
-        try:
-            devices = list(
-                self._list("/v2/devices", "devices", HEALTH_VERSION, {"hostname": hostname})
-            )
-        except ExosuitError as error:
-            if error.status != 406:
-                raise
-            devices = list(  # an API older than 2.9: no health to go by
-                self._list("/v2/devices", "devices", INVENTORY_VERSION, {"hostname": hostname})
-            )
+        # The newest the API answers: 2.10 adds the topology (pcie_root), 2.9 the health;
+        # an API older than 2.9 has no health to go by.
+        for version in (TOPOLOGY_VERSION, HEALTH_VERSION, INVENTORY_VERSION):
+            try:
+                devices = list(
+                    self._list("/v2/devices", "devices", version, {"hostname": hostname})
+                )
+                break
+            except ExosuitError as error:
+                if error.status != 406 or version == INVENTORY_VERSION:
+                    raise
         handles = list(
             self._list(
                 "/v2/attach_handles", "attach_handles", INVENTORY_VERSION, {"hostname": hostname}

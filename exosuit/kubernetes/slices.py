@@ -26,12 +26,14 @@ __all__ = [
     "API_VERSION",
     "DRIVER",
     "MAX_DEVICES_PER_SLICE",
+    "PCIE_ROOT",
     "Inventory",
     "build_slices",
     "device_names",
     "devices_of",
     "fingerprint",
     "handle_names",
+    "pcie_root_complex",
     "quantity",
     "serialize",
     "slice_devices",
@@ -45,6 +47,11 @@ MAX_DEVICES_PER_SLICE = 128
 MAX_ATTRIBUTE_STRING = 64  # longer values are left out (CEL compares whole strings)
 MAX_NAME = 63  # a DNS label
 
+# Kubernetes' standard attribute (k8s.io/dynamic-resource-allocation/deviceattribute):
+# the PCIe root complex, ``pci<domain>:<bus>``, that devices may be asked to share
+# (matchAttribute) whatever their driver.
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+_ROOT_PORT = re.compile(r"^([0-9a-f]{4,5}):([0-9a-f]{2}):[0-9a-f]{2}\.[0-7]$")
 _PCI_KEYS = ("domain", "bus", "device", "function")
 _NOT_LABEL = re.compile(r"[^a-z0-9-]+")
 
@@ -68,6 +75,14 @@ def _label(text: str) -> str:
 
 def _device_class(device: Mapping[str, Any] | None) -> str:
     return _label(str((device or {}).get("type") or "")) or "device"
+
+
+def pcie_root_complex(root_port: Any) -> str | None:
+    """The root complex of a device whose root port (Exosuit's ``pcie_root``) is
+    ``root_port``: the host bridge whose root bus the port sits on (``0000:3a:00.0`` →
+    ``pci0000:3a``, the kernel's name for it). None when unknown."""
+    match = _ROOT_PORT.match(root_port) if isinstance(root_port, str) else None
+    return f"pci{match[1]}:{match[2]}" if match else None
 
 
 def _pci_address(info: Mapping[str, Any]) -> str | None:
@@ -180,6 +195,7 @@ def _attributes(
     numa = device.get("numa_node")
     if isinstance(numa, int) and not isinstance(numa, bool):
         found["numaNode"] = client.V1DeviceAttribute(int=numa)
+    found[PCIE_ROOT] = _string(pcie_root_complex(device.get("pcie_root")))
     return {name: value for name, value in found.items() if value is not None}
 
 

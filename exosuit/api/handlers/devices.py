@@ -72,6 +72,10 @@ def _serialize(req: wsgi.Request, device: db.DeviceRow) -> JSONObject:
         body["holders"] = device["holders"]
         # Health: offered, or held back until it recovers or is cleared (doc/devices.md).
         body["health"] = _health(req, health_db.view(device, _recover_after(req)))
+    if req.version.matches((2, 10)):
+        # Where it sits: its root port and IOMMU group, null where the host has none.
+        body["pcie_root"] = device["pcie_root"]
+        body["iommu_group"] = device["iommu_group"]
     return body
 
 
@@ -249,6 +253,12 @@ SHAPES: dict[str, Schema] = {
             "maintenance": {"description": "from 2.9", "enum": ["draining", "drained", None]},
             "holders": {"type": "array", "items": ref("Holder")},
             "health": {**ref("DeviceHealthState"), "description": "from 2.9"},
+            "pcie_root": {
+                "description": "from 2.10: the PCI address of its PCI Express root port "
+                "(its own on the root complex)",
+                **NSTR,
+            },
+            "iommu_group": {"description": "from 2.10: its IOMMU group", **NINT},
         },
     ),
     "DeviceHealthState": obj(
