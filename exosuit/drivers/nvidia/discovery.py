@@ -115,9 +115,7 @@ class GpuDiscovery:
         # The operator's partition layout, when it asks mdevs, wins over the configuration.
         vgpu_type = self.partition_type(gpu.address) or self.vgpu_types.get(gpu.address)
         if vgpu_type is not None:
-            deployables: tuple[Deployable, ...] = (
-                self._vgpu(gpu, vgpu_type, mig_capable),
-            )
+            deployables: tuple[Deployable, ...] = (self._vgpu(gpu, vgpu_type, mig_capable),)
         elif mig_mode == "enabled":
             # A partitioned GPU is offered as its MIG instances, never whole.
             instances = nvml.mig_instances if nvml is not None else ()
