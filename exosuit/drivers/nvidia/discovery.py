@@ -5,7 +5,9 @@ controller) or ``0302xx`` (3D controller), never an SR-IOV virtual function (Doc
 ABI/testing/sysfs-bus-pci). What ``nvidia-smi`` (through the command runner) and NVML
 (exosuit/drivers/nvml.py) say of it is added when they answer. The GPU is offered whole
 (PGPU), as vGPUs (exosuit/drivers/nvidia/vgpu.py) or as its MIG instances
-(exosuit/drivers/nvidia/mig.py); exosuit/drivers/nvidia_gpu.py has the whole story.
+(exosuit/drivers/nvidia/mig.py); exosuit/drivers/nvidia_gpu.py has the whole story. A GPU
+that carries mdevs Exosuit did not make is not offered whole (``not_offered_reason`` in its
+``vendor_board_info`` says why). Names: exosuit/drivers/gpu_naming.py.
 """
 
 from __future__ import annotations
