@@ -57,6 +57,8 @@ class DeviceList(ListCommand):
         "driver_name",
         "pci_address",
         "numa_node",
+        "pcie_root",
+        "iommu_group",
         "firmware_version",
         "presence_reason",
         "std_board_info",

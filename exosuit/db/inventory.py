@@ -297,6 +297,35 @@ _UPDATE_SERVICE = (
 )
 
 
+# Where the device sits, as its driver reported it: also an attribute of each of its
+# deployables (source agent, where known), so that Cyborg's attribute API and a
+# deployable's attributes show it (doc/devices.md, "Topology").
+TOPOLOGY_ATTRIBUTES = ("numa_node", "pcie_root", "iommu_group")
+
+
+def _with_topology(device: dict[str, Any]) -> dict[str, Any]:
+    """The device with its known topology fields among each deployable's attributes (a
+    driver's own attribute of one of those names gives way)."""
+    known = [
+        {"key": key, "value": str(device[key])}
+        for key in TOPOLOGY_ATTRIBUTES
+        if device.get(key) is not None
+    ]
+    if not known:
+        return device
+    deployables = [
+        {
+            **deployable,
+            "attributes": [
+                a for a in deployable["attributes"] if a["key"] not in TOPOLOGY_ATTRIBUTES
+            ]
+            + known,
+        }
+        for deployable in device["deployables"]
+    ]
+    return {**device, "deployables": deployables}
+
+
 def _services(device: dict[str, Any]) -> list[dict[str, Any]]:
     """The device's services as reported, the first of each (kind, name)."""
     seen: dict[tuple[str, str], dict[str, Any]] = {}
@@ -362,7 +391,7 @@ class _Applier:
         }
         seen = set()
         new, updates = [], []
-        for device in devices:
+        for device in map(_with_topology, devices):
             identity = device_identity(device["controlpath_id"])
             if identity in seen:
                 continue  # a driver reported one device twice: the first wins

@@ -561,6 +561,8 @@ class IntelFpgaDriver(BindingInstall):
             controlpath_id=pci_cpid(pf.address),
             pci_address=pf.address,
             numa_node=pf.numa_node,
+            pcie_root=pf.pcie_root,
+            iommu_group=pf.iommu_group,
             firmware_version=info.bitstream_id,
             std_board_info={"product_id": f"0x{pf.device_id}"},
             vendor_board_info=vendor_board_info,

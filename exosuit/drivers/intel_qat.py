@@ -248,6 +248,8 @@ class IntelQatDriver:
             controlpath_id=pci_cpid(pf.address),
             pci_address=pf.address,
             numa_node=pf.numa_node,
+            pcie_root=pf.pcie_root,
+            iommu_group=pf.iommu_group,
             firmware_version=self._firmware(pf.address),
             std_board_info={"product_id": f"0x{pf.device_id}"},
             vendor_board_info={k: v for k, v in board.items() if v},

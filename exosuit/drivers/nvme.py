@@ -374,6 +374,8 @@ class NvmeDriver:
             controlpath_id=pci_cpid(function.address),
             pci_address=function.address,
             numa_node=function.numa_node,
+            pcie_root=function.pcie_root,
+            iommu_group=function.iommu_group,
             firmware_version=controller.firmware if controller else None,
             std_board_info=board_info(function),
             vendor_board_info={"serial": serial} if serial else {},

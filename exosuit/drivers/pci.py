@@ -123,6 +123,8 @@ class PciDriver(BindingInstall):
             controlpath_id=pci_cpid(function.address),
             pci_address=function.address,
             numa_node=function.numa_node,
+            pcie_root=function.pcie_root,
+            iommu_group=function.iommu_group,
             std_board_info=board_info(function),
             deployables=(
                 Deployable(

@@ -5,7 +5,9 @@ Used by ``exosuit serve``, demos and scale tests. Shapes:
 * ``fake_fpga`` — Cyborg's fake driver: an FPGA, vendor 0xABCD, resource class
   FPGA, trait CUSTOM_FAKE_DEVICE, 16 TEST_PCI attach handles.
 * ``nvidia_gpu`` — a whole NVIDIA GPU for PCI passthrough: resource class PGPU,
-  traits OWNER_CYBORG and CUSTOM_NVIDIA_<PRODUCT ID>, one PCI attach handle.
+  traits OWNER_CYBORG, CUSTOM_NVIDIA_<PRODUCT ID> and, on a MIG-capable model,
+  CUSTOM_NVIDIA_MIG_CAPABLE, one PCI attach handle: named, and its slices too, as
+  nvidia_gpu names a real GPU (exosuit/drivers/gpu_naming.py).
 
 The fake FPGA is programmable (``Programmable``), so that ``exosuit serve`` shows the
 whole programming flow with no hardware: it loads images of format ``simulated`` by
@@ -71,6 +73,7 @@ from exosuit.drivers.base import (
     pci_cpid,
     trait_suffix,
 )
+from exosuit.drivers.gpu_naming import whole_gpu
 from exosuit.drivers.simulated_partitions import SimulatedPartitions, with_partitions
 from exosuit.drivers.state import read_state, write_state
 from exosuit.files import atomic_write
@@ -437,6 +440,14 @@ def _with_loaded(device: Device, loaded: dict[str, dict[str, Any]]) -> Device:
     )
 
 
+def _topology(bus: int) -> dict[str, Any]:
+    """Where a simulated card on ``bus`` sits: in the slot of a root port on the bus before
+    its own (``0000:3a:00.0`` above ``0000:3b:00.0``, as on many servers), its IOMMU group
+    numbered after its bus. Derived from the bus alone, so the host's other seeded
+    figures stay what they were."""
+    return {"pcie_root": f"0000:{bus - 1:02x}:00.0", "iommu_group": bus}
+
+
 def _fake_fpga(hostname: str, index: int, bus: int, rng: random.Random) -> Device:
     bus_hex = "0c" if index == 0 else f"{bus:02x}"
     suffix = "" if index == 0 else str(index)
@@ -456,6 +467,7 @@ def _fake_fpga(hostname: str, index: int, bus: int, rng: random.Random) -> Devic
         controlpath_id=pci_cpid(address),
         pci_address=address,
         numa_node=0,
+        **_topology(int(bus_hex, 16)),
         firmware_version="1.0",
         std_board_info={"device_id": "0xabcd", "class": "Fake class"},
         deployables=(
@@ -475,6 +487,7 @@ def _fake_fpga(hostname: str, index: int, bus: int, rng: random.Random) -> Devic
 def _nvidia_gpu(hostname: str, index: int, bus: int, rng: random.Random) -> Device:
     product_id, model = rng.choice(_GPU_MODELS)
     address = f"0000:{bus:02x}:00.0"
+    whole = whole_gpu(product_id, model in _MIG_PROFILES)
     return Device(
         type="GPU",
         vendor="10de",
@@ -483,6 +496,7 @@ def _nvidia_gpu(hostname: str, index: int, bus: int, rng: random.Random) -> Devi
         controlpath_id=pci_cpid(address),
         pci_address=address,
         numa_node=index % 2,
+        **_topology(bus),
         firmware_version=f"9{rng.randint(0, 9)}.{rng.randint(0, 99):02d}.{rng.randint(0, 99):02d}",
         std_board_info={"product_id": product_id, "controller": "3D controller"},
         vendor_board_info={"serial": f"SIM{rng.randrange(10**12):012d}"},
@@ -491,8 +505,8 @@ def _nvidia_gpu(hostname: str, index: int, bus: int, rng: random.Random) -> Devi
             Deployable(
                 name=_sanitize(f"{hostname}_{address}"),
                 num_accelerators=1,
-                resource_class="PGPU",
-                traits=("OWNER_CYBORG", f"CUSTOM_NVIDIA_{product_id.upper()}"),
+                resource_class=whole.resource_class,
+                traits=whole.traits,
                 attach_handles=(AttachHandle("PCI", pci_cpid(address)),),
                 driver_name="nvidia_gpu",
             ),

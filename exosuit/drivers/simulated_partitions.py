@@ -8,7 +8,8 @@ takes ``{"vfs": n}`` (1 to 16 functions). ``partition`` records the layout in
 ``<state_dir>/partitions.json`` (``PARTITIONS_FILE``), by PCI address, and discovery
 then offers the slices: the GPU as ``VGPU`` with one ``MDEV`` handle per mdev (UUIDs
 derived from host, address, type and index: the same every discovery), or as one
-``PGPU`` deployable per MIG profile with one ``MIG`` handle per instance; the FPGA with
+deployable per MIG profile (``CUSTOM_NVIDIA_MIG_<PROFILE>``) with one ``MIG`` handle per
+instance, named as nvidia_gpu names them (exosuit/drivers/gpu_naming.py); the FPGA with
 ``n`` attach handles instead of 16. A layout of count 0 leaves the device as it was
 shaped (whole). Nothing is in use on a simulated host, so nothing is ever refused for
 being in use here: the API refuses that (exosuit/db/partitions.py).
@@ -27,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from exosuit.drivers.base import AttachHandle, Deployable, Device, PartitionError, pci_cpid
+from exosuit.drivers.gpu_naming import mig_slice, vgpu
 from exosuit.drivers.state import read_state, write_state
 
 __all__ = ["PARTITIONS_FILE", "SimulatedPartitions", "with_partitions"]
@@ -88,13 +90,21 @@ def _mdevs(
         )
         for i in range(count)
     )
+    names = {s.name: s.details.get("description", s.name) for s in device.services}
+    mig_capable = any(s.kind == "mig" for s in device.services)
+    naming = vgpu(_product_id(device), vgpu_type, names.get(vgpu_type, vgpu_type), mig_capable)
     return dataclasses.replace(
         base,
         num_accelerators=count,
-        resource_class="VGPU",
+        resource_class=naming.resource_class,
+        traits=naming.traits,
         attach_handles=handles,
-        extra_attributes=(("vgpu_type", vgpu_type),),
+        extra_attributes=naming.attributes,
     )
+
+
+def _product_id(device: Device) -> str:
+    return str(device.std_board_info.get("product_id", ""))
 
 
 def _migs(
@@ -117,14 +127,16 @@ def _migs(
             )
             for i in range(count)
         )
+        naming = mig_slice(_product_id(device), profile)
         found.append(
             dataclasses.replace(
                 base,
                 name=f"{base.name}_{profile.replace('.', '_')}",
                 num_accelerators=count,
-                traits=(*base.traits, f"CUSTOM_MIG_{profile.replace('.', '_').upper()}"),
+                resource_class=naming.resource_class,
+                traits=naming.traits,
                 attach_handles=handles,
-                extra_attributes=(("mig_profile", profile),),
+                extra_attributes=naming.attributes,
             )
         )
     return found

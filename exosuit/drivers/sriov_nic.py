@@ -234,6 +234,8 @@ class SriovNicDriver(VfPartitions):
             controlpath_id=pci_cpid(pf.address),
             pci_address=pf.address,
             numa_node=pf.numa_node,
+            pcie_root=pf.pcie_root,
+            iommu_group=pf.iommu_group,
             firmware_version=self._firmware(names[0], pf.address) if names else None,
             std_board_info=info,
             deployables=tuple(

@@ -12,8 +12,15 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import re
 
 __all__ = ["PciFunction", "Sysfs", "normalize_id"]
+
+
+# The kernel's names: a host bridge ``pci%04x:%02x`` (drivers/pci/probe.c), a function
+# ``%04x:%02x:%02x.%d`` (domains above ffff behind VMD have five hex digits).
+_HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4,5}:[0-9a-f]{2}$")
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,5}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
 def normalize_id(value: str | None) -> str | None:
@@ -38,6 +45,10 @@ class PciFunction:
     revision: str | None
     driver: str | None  # the bound kernel driver, e.g. vfio-pci
     numa_node: int | None
+    # Where it sits (see ``Sysfs.pcie_root``) and its IOMMU group; None where the kernel
+    # shows none.
+    pcie_root: str | None
+    iommu_group: int | None
     physfn: str | None  # for an SR-IOV VF: its PF's address
     virtfns: tuple[str, ...]  # for an SR-IOV PF: its VFs' addresses, by VF index
     sriov_totalvfs: int | None
@@ -121,9 +132,10 @@ class Sysfs:
                 target = self.link_name(*base, entry)
                 if target:
                     virtfns.append((int(entry[6:]), target))
+        path = os.path.realpath(self.path(*base))
         return PciFunction(
             address=address,
-            path=os.path.realpath(self.path(*base)),
+            path=path,
             vendor_id=vendor,
             device_id=device,
             class_code=(normalize_id(self.read(*base, "class")) or "").rjust(6, "0"),
@@ -132,11 +144,34 @@ class Sysfs:
             revision=normalize_id(self.read(*base, "revision")),
             driver=self.link_name(*base, "driver"),
             numa_node=int(numa) if numa not in (None, "", "-1") else None,
+            pcie_root=self.pcie_root(path),
+            iommu_group=_int(self.link_name(*base, "iommu_group")),
             physfn=self.link_name(*base, "physfn"),
             virtfns=tuple(addr for _, addr in sorted(virtfns)),
             sriov_totalvfs=_int(self.read(*base, "sriov_totalvfs")),
             sriov_numvfs=_int(self.read(*base, "sriov_numvfs")),
         )
+
+    def pcie_root(self, path: str) -> str | None:
+        """The PCI address of the root port above the function whose resolved sysfs
+        directory is ``path`` (``<root>/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0``
+        → ``0000:3a:00.0``): the first PCI address below the host bridge (``pciDDDD:BB``)
+        the function's path goes through. A function on the root complex itself (an
+        integrated endpoint, or any function of a host without root ports, such as a
+        virtual machine's) is its own root: its own address. Behind a VMD controller,
+        whose functions sit below a host bridge of their own, the root port in that
+        domain. None when the path is not below a host bridge.
+        """
+        devices = self.path("devices")
+        relative = os.path.relpath(path, devices)
+        if relative.startswith(os.pardir):
+            return None
+        parts = relative.split(os.sep)
+        bridges = [i for i, p in enumerate(parts[:-1]) if _HOST_BRIDGE.match(p)]
+        if not bridges:
+            return None
+        below = parts[bridges[-1] + 1]
+        return below if _PCI_ADDRESS.match(below) else None
 
     def pci_functions(self) -> list[PciFunction]:
         found = (self.pci_function(a) for a in self.pci_addresses())

@@ -231,6 +231,8 @@ class XilinxFpgaDriver(BindingInstall):
             controlpath_id=pci_cpid(primary.address),
             pci_address=primary.address,
             numa_node=primary.numa_node,
+            pcie_root=primary.pcie_root,
+            iommu_group=primary.iommu_group,
             firmware_version=shell.get("shell"),
             std_board_info={
                 "product_id": product_id,

@@ -32,7 +32,8 @@ SERVICE_TYPE = "accelerator"
 INVENTORY_VERSION = "2.7"
 # Devices with their health (offered or held back); an older API answers 406.
 HEALTH_VERSION = "2.9"
-# Devices with their labels too (published as attributes, exosuit/kubernetes/slices.py).
+# Devices with their labels and topology (pcie_root) too (published as attributes,
+# exosuit/kubernetes/slices.py).
 LABELS_VERSION = "2.10"
 CLAIMS_VERSION = "2.8"
 TIMEOUT = 30.0
@@ -152,7 +153,7 @@ class ExosuitApi:
 
     def _devices(self, hostname: str) -> list[dict[str, Any]]:
         """The host's devices at the newest microversion the API has of LABELS_VERSION
-        (labels), HEALTH_VERSION (health) and INVENTORY_VERSION: an older API answers
+        (labels, topology), HEALTH_VERSION (health) and INVENTORY_VERSION: an older API answers
         406 to a newer one."""
         versions = (LABELS_VERSION, HEALTH_VERSION, INVENTORY_VERSION)
         for version in versions[:-1]:

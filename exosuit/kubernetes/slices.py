@@ -27,12 +27,14 @@ __all__ = [
     "DRIVER",
     "LABELS_DOMAIN",
     "MAX_DEVICES_PER_SLICE",
+    "PCIE_ROOT",
     "Inventory",
     "build_slices",
     "device_names",
     "devices_of",
     "fingerprint",
     "handle_names",
+    "pcie_root_complex",
     "quantity",
     "serialize",
     "slice_devices",
@@ -52,6 +54,11 @@ MAX_NAME = 63  # a DNS label
 LABELS_DOMAIN = "labels.exosuit.dev"
 _ATTRIBUTE_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
 
+# Kubernetes' standard attribute (k8s.io/dynamic-resource-allocation/deviceattribute):
+# the PCIe root complex, ``pci<domain>:<bus>``, that devices may be asked to share
+# (matchAttribute) whatever their driver.
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+_ROOT_PORT = re.compile(r"^([0-9a-f]{4,5}):([0-9a-f]{2}):[0-9a-f]{2}\.[0-7]$")
 _PCI_KEYS = ("domain", "bus", "device", "function")
 _NOT_LABEL = re.compile(r"[^a-z0-9-]+")
 
@@ -75,6 +82,14 @@ def _label(text: str) -> str:
 
 def _device_class(device: Mapping[str, Any] | None) -> str:
     return _label(str((device or {}).get("type") or "")) or "device"
+
+
+def pcie_root_complex(root_port: Any) -> str | None:
+    """The root complex of a device whose root port (Exosuit's ``pcie_root``) is
+    ``root_port``: the host bridge whose root bus the port sits on (``0000:3a:00.0`` →
+    ``pci0000:3a``, the kernel's name for it). None when unknown."""
+    match = _ROOT_PORT.match(root_port) if isinstance(root_port, str) else None
+    return f"pci{match[1]}:{match[2]}" if match else None
 
 
 def _pci_address(info: Mapping[str, Any]) -> str | None:
@@ -191,6 +206,7 @@ def _attributes(
     for key, value in sorted((device.get("labels") or {}).items()):
         if _ATTRIBUTE_ID.match(key):
             found[f"{LABELS_DOMAIN}/{key}"] = _string(value)
+    found[PCIE_ROOT] = _string(pcie_root_complex(device.get("pcie_root")))
     return {name: value for name, value in found.items() if value is not None}
 
 

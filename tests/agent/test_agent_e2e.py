@@ -44,6 +44,7 @@ pytestmark = pytest.mark.slow
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-gpu-host"
 T4 = "0000:3b:00.0"  # Tesla T4, NUMA node 0, whole GPU (PGPU)
 T4_B = "0000:af:00.0"  # Tesla T4, NUMA node 1
+FOREIGN_MDEV = "4b20d080-1b54-4048-85b3-a6a62d165c01"  # on T4_B, made outside Exosuit
 A100 = "0000:81:00.0"  # A100 without MIG, NUMA node 1
 A100_MIG = "0000:41:00.0"  # A100 in MIG mode: one deployable per MIG profile
 
@@ -289,10 +290,23 @@ def test_the_devices_of_a_recorded_host_appear_with_their_fields(api, db, host, 
             assert got["name"] == deployable["name"]
             assert got["num_accelerators"] == deployable["num_accelerators"]
             assert got["driver_name"] == "nvidia_gpu"
-            assert json.loads(got["attributes_list"]) == [
-                {a["key"]: a["value"]} for a in deployable["attributes"]
+            # The driver's attributes, then where the device sits (doc/devices.md).
+            topology = [
+                {key: str(device[key])}
+                for key in ("numa_node", "pcie_root", "iommu_group")
+                if device.get(key) is not None
             ]
-    assert len(device_ids) == 4
+            assert (
+                json.loads(got["attributes_list"])
+                == [{a["key"]: a["value"]} for a in deployable["attributes"]] + topology
+            )
+            assert len(topology) == 3  # the recording has all three
+    # T4_B and A100 carry mdevs made outside Exosuit (A100's has the slot UUID of the
+    # recorded host's name, not of this one): not offered whole, no deployable.
+    assert len(device_ids) == 2
+    for address in (T4_B, A100):
+        reason = json.loads(shown[address]["vendor_board_info"])["not_offered_reason"]
+        assert reason.startswith("not offered whole for passthrough: it carries 1 mdev")
     t4_rp = inventory.rp_uuid(
         hostname,
         schemas.device_identity(
@@ -383,6 +397,8 @@ def test_a_removed_device_is_missing_for_the_grace_then_gone_unless_held(
 ):
     # The grace is long enough for a busy machine to see "missing" before it ends.
     grace, interval = 10, 1
+    # T4_B without the mdev made outside Exosuit, so that it is offered whole.
+    os.unlink(host / "sys" / "bus" / "mdev" / "devices" / FOREIGN_MDEV)
     snapshot = discover(host, hostname)
     agent = agents(hostname, api.url, host, removal_grace=grace, report_interval=interval)
     agent.start()

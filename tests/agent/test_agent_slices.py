@@ -16,6 +16,7 @@ from exosuit.agent.partitions import PartitionReconciler
 from exosuit.agent.slices import SliceReconciler
 from exosuit.agent.transport import WsgiSession
 from exosuit.drivers.base import PartitionError
+from exosuit.drivers.gpu_naming import mig_resource_class
 from exosuit.drivers.simulated import SimulatedDriver
 from tests.agent.test_agent_partitions import ENDPOINT, HOST, V2_9, SimHost, _mig, _set, _vgpu
 from tests.helpers.partitions import nvidia_on_kernel
@@ -160,7 +161,8 @@ def test_a_bind_waits_for_its_slice_and_the_release_removes_it(host):
 def test_mig_instances_on_demand(host):
     uuid, gpu, profile = host.on_demand(lambda d: d.type == "GPU" and _mig(d), "mig", 2)
     rp = _rp_of(host, next(d for d in host.driver.discover() if d.pci_address == gpu.pci_address))
-    arq = host.bind(rp, "PGPU")
+    # A MIG slice is its profile's resource class (exosuit/drivers/gpu_naming.py).
+    arq = host.bind(rp, mig_resource_class(profile))
     assert host.arq(arq)["state"] == "BindStarted"
     assert host.slice_step() is True
     assert host.arq(arq)["state"] == "Bound"

@@ -48,6 +48,20 @@ def test_device_show_json_is_every_field_but_links(cli, api):
     assert shown == {k: v for k, v in device.items() if k != "links"}
 
 
+def test_device_show_tells_where_the_device_sits(cli, api):
+    """numa_node, pcie_root and iommu_group (doc/devices.md, "Topology"): the simulated
+    FPGA on bus 0c sits below the root port on bus 0b, in IOMMU group 12 (its bus)."""
+    fpga = next(d for d in api.list("/v2/devices", "devices") if d["type"] == "FPGA")
+    shown = cli.json("device", "show", fpga["uuid"])
+    assert (shown["numa_node"], shown["pcie_root"], shown["iommu_group"]) == (
+        0,
+        "0000:0b:00.0",
+        12,
+    )
+    table = cli.run("device", "show", fpga["uuid"]).stdout
+    assert "pcie_root" in table and "0000:0b:00.0" in table and "iommu_group" in table
+
+
 @pytest.mark.parametrize(
     "args, query",
     [

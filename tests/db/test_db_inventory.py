@@ -228,6 +228,8 @@ def test_first_snapshot_creates_every_row(database):
     assert {(a["key"], a["value"], a["source"]) for a in attributes} == {
         ("rc", "FPGA", "agent"),
         ("trait0", "CUSTOM_FAKE_DEVICE", "agent"),
+        # Where the device sits, as an attribute of its deployable (doc/devices.md).
+        ("numa_node", "0", "agent"),
     }
     assert {a["deployable_id"] for a in attributes} == {dep["id"]}
 
@@ -351,6 +353,7 @@ def test_changed_fields_are_applied_in_place(api, database):
         "rc": "FPGA",
         "trait0": "CUSTOM_NEW",
         "trait1": "CUSTOM_EXTRA",
+        "numa_node": "0",
     }
     assert attributes["trait0"]["uuid"] == trait_before["uuid"]  # updated, not replaced
     # The handles did not change: the very same rows.
@@ -358,7 +361,7 @@ def test_changed_fields_are_applied_in_place(api, database):
 
     # A trait the agent no longer reports goes.
     apply(database, snapshot(HOST, [with_deployable(changed, traits=())]))
-    assert {a["key"] for a in rows(database, "attributes")} == {"rc"}
+    assert {a["key"] for a in rows(database, "attributes")} == {"rc", "numa_node"}
     assert_no_orphans(database)
 
 
@@ -577,7 +580,7 @@ def test_attribute_created_through_the_api_survives_snapshots(api, database):
     assert r.status_code == 200, r.text
     assert (r.json["key"], r.json["value"]) == ("rc", "operator")
     by_source = {(a["key"], a["source"]) for a in rows(database, "attributes")}
-    assert by_source == {("rc", "agent"), ("rc", "api")}
+    assert by_source == {("rc", "agent"), ("numa_node", "agent"), ("rc", "api")}
 
 
 @pytest.mark.parametrize("breakage", ["schema", "hash"])
@@ -709,7 +712,7 @@ def test_concurrent_reports_of_one_host_are_applied_one_at_a_time(database, expe
             infos = [h["attach_info"] for h in handles]
             assert len(infos) == len(set(infos)) == expected[device["pci_address"]], phase
             keys = [a["key"] for a in rows(database, "attributes", deployable_id=dep["id"])]
-            assert sorted(keys) == ["rc", "trait0"], phase
+            assert sorted(keys) == ["numa_node", "rc", "trait0"], phase
         assert_no_orphans(database)
 
 

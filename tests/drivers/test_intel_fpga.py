@@ -30,6 +30,7 @@ from exosuit.drivers.intel_fpga import (
     trait_suffix,
 )
 from tests.drivers.fpga_tools import FlashingRunner, make_gbs, writable_copy
+from tests.drivers.topology import topology
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures")
 CUSTOM_TRAIT = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
@@ -79,6 +80,7 @@ D5005 = {
     "controlpath_id": {"cpid_type": "PCI", "cpid_info": pci("3b", "0")},
     "pci_address": "0000:3b:00.0",
     "numa_node": 0,
+    **topology("fpga-dfl-host", "0000:3b:00.0"),
     "firmware_version": "0x40100022c164db1",
     "std_board_info": {"product_id": "0x0b2b"},
     "vendor_board_info": {
@@ -122,6 +124,7 @@ N3000 = {
     "controlpath_id": {"cpid_type": "PCI", "cpid_info": pci("b1", "0")},
     "pci_address": "0000:b1:00.0",
     "numa_node": 1,
+    **topology("fpga-dfl-host", "0000:b1:00.0"),
     "firmware_version": "0x23000410010309",
     "std_board_info": {"product_id": "0x0b30"},
     "vendor_board_info": {
@@ -172,6 +175,7 @@ def arria10(bus: str, numa: int, afu_id: str, handle_function: str, bmcfw: str, 
         "controlpath_id": {"cpid_type": "PCI", "cpid_info": pci(bus, "0")},
         "pci_address": f"0000:{bus}:00.0",
         "numa_node": numa,
+        **topology("fpga-opae-host", f"0000:{bus}:00.0"),
         "firmware_version": "0x1000000000000412",
         "std_board_info": {"product_id": "0x09c4"},
         "vendor_board_info": {

@@ -23,6 +23,7 @@ from exosuit import schemas
 from exosuit.agent.snapshot import build_snapshot
 from exosuit.drivers import DriverContext, load_driver
 from exosuit.drivers.intel_qat import QAT_GENERATIONS, IntelQatDriver, service_traits
+from tests.drivers.topology import topology
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures")
 HOST = os.path.join(FIXTURES, "intel-qat-host")
@@ -67,7 +68,7 @@ def services(vfs: int, configured: str | None, up: bool = True) -> list[dict]:
     return found
 
 
-def qat(bus, model, product_id, firmware, board, deployables, services) -> dict:
+def qat(bus, model, product_id, firmware, board, deployables, services, host=HOST) -> dict:
     return {
         "type": "QAT",
         "vendor": "0x8086",
@@ -76,6 +77,7 @@ def qat(bus, model, product_id, firmware, board, deployables, services) -> dict:
         "controlpath_id": {"cpid_type": "PCI", "cpid_info": pci(bus, "00", "0")},
         "pci_address": f"0000:{bus}:00.0",
         "numa_node": 0,
+        **topology(os.path.basename(host), f"0000:{bus}:00.0"),
         "firmware_version": firmware,
         "std_board_info": {"product_id": product_id},
         "vendor_board_info": board,
@@ -145,6 +147,7 @@ def test_c62x_host_without_cfg_services_has_no_service_traits_and_has_firmware()
                 deployable("qat-2", "3d", "01", "1", "OWNER_CYBORG"),
             ],
             services(2, None),
+            host=C62X_HOST,
         ),
         "0000:3f:00.0": qat(
             "3f",
@@ -154,6 +157,7 @@ def test_c62x_host_without_cfg_services_has_no_service_traits_and_has_firmware()
             {"kernel_driver": "c6xx", "sriov_totalvfs": "16", "sriov_numvfs": "0"},
             [deployable("qat-2", "3f", "00", "0", "OWNER_CYBORG")],
             services(0, None),
+            host=C62X_HOST,
         ),
     }
 

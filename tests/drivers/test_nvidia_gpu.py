@@ -9,6 +9,7 @@ already has an mdev (0000:81:00.0).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -33,6 +34,7 @@ from exosuit.drivers.nvml import (
     open_pynvml,
 )
 from exosuit.drivers.runner import RecordedRunner
+from tests.drivers.topology import topology
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures")
 HOST = os.path.join(FIXTURES, "nvidia-gpu-host")
@@ -183,6 +185,7 @@ def gpu(bus, numa, model, product_id, firmware, board, deployables, services=())
         "controlpath_id": {"cpid_type": "PCI", "cpid_info": pci(bus)},
         "pci_address": f"0000:{bus}:00.0",
         "numa_node": numa,
+        **topology("nvidia-gpu-host", f"0000:{bus}:00.0"),
         "firmware_version": firmware,
         "std_board_info": {"product_id": product_id, "controller": "3D controller"},
         "vendor_board_info": board,
@@ -392,12 +395,55 @@ def test_without_vgpu_configuration_gpus_are_whole_or_their_mig_instances():
     assert found["0000:81:00.0"]["deployables"] == [
         pgpu("81", "OWNER_CYBORG", "CUSTOM_NVIDIA_20B0", "CUSTOM_NVIDIA_MIG_CAPABLE")
     ]
-    assert found["0000:af:00.0"]["deployables"] == [
-        pgpu("af", "OWNER_CYBORG", "CUSTOM_NVIDIA_1EB8")
-    ]
+    # af:00.0 carries an mdev made outside Exosuit: not offered whole, and says why.
+    assert found["0000:af:00.0"]["deployables"] == []
+    assert found["0000:af:00.0"]["vendor_board_info"]["not_offered_reason"] == (
+        "not offered whole for passthrough: it carries 1 mdev Exosuit did not make: "
+        f"{FOREIGN_MDEV} (nvidia-223); remove them, or offer the GPU as vGPUs of their type "
+        "(a partition layout, or [nvidia_gpu] vgpu_types)"
+    )
+    # 81:00.0's mdev has an Exosuit slot UUID: Exosuit's own, the GPU is offered whole.
+    assert "not_offered_reason" not in found["0000:81:00.0"]["vendor_board_info"]
     # vGPU not configured: the mdev types are still listed, none enabled.
     assert found["0000:af:00.0"]["services"] == vgpu_services(T4_AF_TYPES)
     assert found["0000:81:00.0"]["services"] == vgpu_services(A100_81_TYPES) + A100_81_MIG
+
+
+def test_a_gpu_is_offered_whole_again_once_the_mdev_made_elsewhere_is_gone(tmp_path):
+    root = copy_host(tmp_path)
+    os.unlink(os.path.join(root, "sys", "bus", "mdev", "devices", FOREIGN_MDEV))
+    found = discover(root, nvml=recorded_nvml())["0000:af:00.0"]
+    assert found["deployables"] == [pgpu("af", "OWNER_CYBORG", "CUSTOM_NVIDIA_1EB8")]
+    assert "not_offered_reason" not in found["vendor_board_info"]
+
+
+def test_an_mdev_the_install_step_made_keeps_the_gpu_offered_whole(tmp_path):
+    root = copy_host(tmp_path)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "mdevs.json").write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "created": {
+                    FOREIGN_MDEV: {
+                        "gpu": "0000:af:00.0",
+                        "parent": "0000:af:00.0",
+                        "type": "nvidia-223",
+                    }
+                },
+            }
+        )
+    )
+    context = DriverContext(
+        hostname=HOSTNAME, sysfs_root=root, runner=recorded_runner(), state_dir=str(state)
+    )
+    (gpu,) = [
+        d
+        for d in NvidiaGpuDriver(context, nvml=recorded_nvml()).discover()
+        if d.pci_address == "0000:af:00.0"
+    ]
+    assert [d.resource_class for d in gpu.deployables] == ["PGPU"]
 
 
 def test_a_gpu_configured_for_vgpu_is_not_also_offered_whole():

@@ -16,6 +16,7 @@ from exosuit.drivers import DriverContext, RecordedRunner, load_driver
 from exosuit.drivers.nvme import HostBlockUsage, NvmeDriver, nvme_controllers
 from exosuit.drivers.sysfs import Sysfs
 from tests.conftest import require
+from tests.drivers.topology import topology
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures")
 HOST = os.path.join(FIXTURES, "nvme-host")
@@ -60,6 +61,7 @@ def drive(
         "controlpath_id": {"cpid_type": "PCI", "cpid_info": cpid(bus)},
         "pci_address": f"0000:{bus}:00.0",
         "numa_node": numa,
+        **topology("nvme-host", f"0000:{bus}:00.0"),
         "firmware_version": firmware,
         "std_board_info": {
             "vendor_id": vendor,

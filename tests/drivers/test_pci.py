@@ -17,6 +17,7 @@ from exosuit.drivers.device_spec import DeviceSpecError, parse_device_specs
 from exosuit.drivers.pci import PciDriver
 from exosuit.drivers.pci_classes import class_name, device_type
 from tests.conftest import require
+from tests.drivers.topology import topology
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures")
 NIC_HOST = os.path.join(FIXTURES, "sriov-nic-host")
@@ -47,6 +48,7 @@ T4 = {
     "controlpath_id": {"cpid_type": "PCI", "cpid_info": cpid("0000:3b:00.0")},
     "pci_address": "0000:3b:00.0",
     "numa_node": 0,
+    **topology("nvme-host", "0000:3b:00.0"),
     "firmware_version": None,
     "std_board_info": {
         "vendor_id": "10de",

@@ -233,3 +233,20 @@ def test_usage_is_seeded_by_host_and_device_and_stays_the_same():
     assert set(first[fpga.pci_address]) == {"errors_total"}
     other = SimulatedDriver(DriverContext(hostname="sim-usage-2"))
     assert [dict(other.usage(d)) for d in other.discover()] != list(first.values())
+
+
+def test_simulated_devices_report_where_they_sit_the_same_every_run():
+    """A root port on the bus before the device's own, the IOMMU group after its bus, the
+    NUMA node as before (doc/drivers/simulated.md): derived from the bus alone."""
+    sim = driver(None, hostname="sim-topology")
+    found = {d.pci_address: (d.numa_node, d.pcie_root, d.iommu_group) for d in sim.discover()}
+    fpga = found.pop("0000:0c:00.0")
+    assert fpga == (0, "0000:0b:00.0", 12)
+    ((address, (numa, root, group)),) = found.items()
+    bus = int(address.split(":")[1], 16)
+    assert (numa, root, group) == (0, f"0000:{bus - 1:02x}:00.0", bus)
+    again = driver(None, hostname="sim-topology").discover()
+    assert {d.pci_address: (d.numa_node, d.pcie_root, d.iommu_group) for d in again} == {
+        "0000:0c:00.0": fpga,
+        address: (numa, root, group),
+    }

@@ -14,6 +14,7 @@ from exosuit.conf import driver_settings, make_conf
 from exosuit.drivers import DriverContext, RecordedRunner, load_driver
 from exosuit.drivers.sriov_nic import SriovNicDriver, parse_ethtool_firmware, parse_mappings
 from tests.conftest import require
+from tests.drivers.topology import topology
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures")
 HOST = os.path.join(FIXTURES, "sriov-nic-host")
@@ -95,6 +96,7 @@ def nic(address, numa, vendor, product_id, subsystem, revision, interface, total
         "controlpath_id": {"cpid_type": "PCI", "cpid_info": cpid(address)},
         "pci_address": address,
         "numa_node": numa,
+        **topology("sriov-nic-host", address),
         "firmware_version": firmware,
         "std_board_info": board,
         "vendor_board_info": {},

@@ -29,6 +29,7 @@ from exosuit.drivers.xilinx_fpga import (
     parse_xbutil_xclbin_uuid,
 )
 from tests.drivers.fpga_tools import FlashingRunner, make_xclbin, writable_copy
+from tests.drivers.topology import topology
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures")
 HOST = os.path.join(FIXTURES, "fpga-alveo-host")
@@ -79,6 +80,7 @@ def card(bus, numa, model, product_id, handles, firmware, vendor_board_info, ext
         "controlpath_id": {"cpid_type": "PCI", "cpid_info": pci(bus, "0")},
         "pci_address": f"0000:{bus}:00.0",
         "numa_node": numa,
+        **topology("fpga-alveo-host", f"0000:{bus}:00.0"),
         "firmware_version": firmware,
         "std_board_info": {"product_id": product_id, "controller": "Processing accelerators"},
         "vendor_board_info": vendor_board_info,

@@ -158,6 +158,28 @@ def test_a_devices_attributes():
     assert found.capacity is None  # an FPGA's memory is not in the inventory
 
 
+def test_the_standard_pcie_root_is_the_root_complex_of_the_devices_root_port():
+    """resource.kubernetes.io/pcieRoot, as Kubernetes' helper derives it: ``pci<domain>:
+    <bus>`` of the root bus, the bus the device's root port sits on."""
+    inventory, _, _ = fpga_inventory(1, pcie_root="0000:3a:00.0", iommu_group=7)
+    [found] = published(inventory).values()
+    assert attributes(found)["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:3a"}
+    assert "iommu_group" not in attributes(found) and "iommuGroup" not in attributes(found)
+    [built] = slices.build_slices(NODE, slices.slice_devices(slices.devices_of(inventory)), 1)
+    assert slice_errors(slices.serialize(built)) == []
+    # An integrated endpoint is its own root: the root complex it sits on.
+    assert slices.pcie_root_complex("0000:6b:00.0") == "pci0000:6b"
+    # Behind a VMD controller: the VMD domain's.
+    assert slices.pcie_root_complex("10000:00:02.0") == "pci10000:00"
+
+
+@pytest.mark.parametrize("root", [None, "", "pci0000:3a", "0000:3a:00"])
+def test_without_a_known_root_port_there_is_no_pcie_root(root):
+    inventory, _, _ = fpga_inventory(1, pcie_root=root)
+    [found] = published(inventory).values()
+    assert "resource.kubernetes.io/pcieRoot" not in attributes(found)
+
+
 def test_unknown_values_and_too_long_strings_are_left_out():
     inventory, _, _ = fpga_inventory(1, numa_node=None, model="M" * 65, vendor="")
     [found] = published(inventory).values()

@@ -4,6 +4,7 @@ the inventory read from a real Exosuit API over HTTP (exosuit/kubelet/exosuit_ap
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
@@ -180,7 +181,9 @@ def exosuit_url(conf, sqlite_database):
 
 def test_the_slices_of_a_real_inventory(standin, exosuit_url, sqlite_api):
     agent = sqlite_api.as_(PERSONAS["service"])
-    r = agent.put(f"/agent/v1/hosts/{NODE}/inventory", snapshot(NODE, [fpga("0000:0c:00.0")]))
+    # Below its root port 0000:0b:00.0 (doc/devices.md, "Topology"): asked at 2.10.
+    placed = dataclasses.replace(fpga("0000:0c:00.0"), pcie_root="0000:0b:00.0")
+    r = agent.put(f"/agent/v1/hosts/{NODE}/inventory", snapshot(NODE, [placed]))
     assert r.status_code == 200, r.text
     r = agent.put("/agent/v1/hosts/node-b/inventory", snapshot("node-b", [fpga("0000:0d:00.0")]))
     assert r.status_code == 200, r.text
@@ -199,6 +202,7 @@ def test_the_slices_of_a_real_inventory(standin, exosuit_url, sqlite_api):
         info = handles[attrs["attachHandleUuid"]["string"]]["attach_info"]
         assert name == "fpga-{domain}-{bus}-{device}-{function}".format(**info)
         assert attrs["type"] == {"string": "FPGA"} and attrs["driver"] == {"string": "fake"}
+        assert attrs["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:0b"}
         assert attrs["pciAddress"] == {
             "string": "{domain}:{bus}:{device}.{function}".format(**info)
         }

@@ -77,6 +77,9 @@ def _serialize(req: wsgi.Request, device: db.DeviceRow) -> JSONObject:
     if req.version.matches((2, 10)):
         # An operator's labels (doc/devices.md, "Labels"): {} when none.
         body["labels"] = labels_rules.decode(device["labels"])
+        # Where it sits: its root port and IOMMU group, null where the host has none.
+        body["pcie_root"] = device["pcie_root"]
+        body["iommu_group"] = device["iommu_group"]
     return body
 
 
@@ -311,6 +314,12 @@ SHAPES: dict[str, Schema] = {
                 "additionalProperties": STR,
                 "description": "from 2.10: an operator's labels, key → value",
             },
+            "pcie_root": {
+                "description": "from 2.10: the PCI address of its PCI Express root port "
+                "(its own on the root complex)",
+                **NSTR,
+            },
+            "iommu_group": {"description": "from 2.10: its IOMMU group", **NINT},
         },
     ),
     "DeviceHealthState": obj(

@@ -5,7 +5,9 @@ controller) or ``0302xx`` (3D controller), never an SR-IOV virtual function (Doc
 ABI/testing/sysfs-bus-pci). What ``nvidia-smi`` (through the command runner) and NVML
 (exosuit/drivers/nvml.py) say of it is added when they answer. The GPU is offered whole
 (PGPU), as vGPUs (exosuit/drivers/nvidia/vgpu.py) or as its MIG instances
-(exosuit/drivers/nvidia/mig.py); exosuit/drivers/nvidia_gpu.py has the whole story.
+(exosuit/drivers/nvidia/mig.py); exosuit/drivers/nvidia_gpu.py has the whole story. A GPU
+that carries mdevs Exosuit did not make is not offered whole (``not_offered_reason`` in its
+``vendor_board_info`` says why). Names: exosuit/drivers/gpu_naming.py.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ from __future__ import annotations
 import enum
 import logging
 import os
-import re
 import subprocess
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from exosuit.drivers.base import AttachHandle, Deployable, Device, Service, pci_cpid
+from exosuit.drivers.gpu_naming import trait_token, whole_gpu
 from exosuit.drivers.nvml import (
     MigInstance,
     Nvml,
@@ -52,11 +54,6 @@ class Unset(enum.Enum):
 UNSET: Final = Unset.UNSET
 
 
-def trait_token(text: str) -> str:
-    """``T4-1B`` → ``T4_1B``, ``1g.5gb`` → ``1G_5GB``: what a custom trait may hold."""
-    return re.sub(r"[^A-Z0-9]+", "_", text.upper()).strip("_")
-
-
 class GpuDiscovery:
     """``discover`` (implements [exosuit.drivers.base.Driver]'s) and the vendor tools it
     asks. Mixed into ``NvidiaGpuDriver``, which sets these attributes."""
@@ -77,12 +74,11 @@ class GpuDiscovery:
         def _check_vgpu_addresses(
             self, gpus: list[PciFunction], functions: Mapping[str, PciFunction]
         ) -> None: ...
-        def _vgpu(
-            self, gpu: PciFunction, vgpu_type: str, traits: list[str], extra_traits: list[str]
-        ) -> Deployable: ...
+        def _vgpu(self, gpu: PciFunction, vgpu_type: str, mig_capable: bool) -> Deployable: ...
         def _vgpu_services(self, gpu: PciFunction) -> tuple[Service, ...]: ...
+        def _foreign_mdevs(self, gpu: PciFunction) -> list[tuple[str, str]]: ...
         def _mig(
-            self, gpu: PciFunction, instances: tuple[MigInstance, ...], traits: list[str]
+            self, gpu: PciFunction, instances: tuple[MigInstance, ...]
         ) -> tuple[Deployable, ...]: ...
         @staticmethod
         def _mig_services(nvml: NvmlGpu | None) -> tuple[Service, ...]: ...
@@ -115,26 +111,28 @@ class GpuDiscovery:
             mig_mode, mig_pending = (_smi_mode(v) for v in smi_mig)
         else:
             mig_mode = mig_pending = None
-        traits = ["OWNER_CYBORG", f"CUSTOM_NVIDIA_{gpu.device_id.upper()}"]
-        extra_traits = ["CUSTOM_NVIDIA_MIG_CAPABLE"] if mig_mode is not None else []
+        mig_capable = mig_mode is not None
+        not_offered = None
 
         # The operator's partition layout, when it asks mdevs, wins over the configuration.
         vgpu_type = self.partition_type(gpu.address) or self.vgpu_types.get(gpu.address)
         if vgpu_type is not None:
-            deployables: tuple[Deployable, ...] = (
-                self._vgpu(gpu, vgpu_type, traits, extra_traits),
-            )
+            deployables: tuple[Deployable, ...] = (self._vgpu(gpu, vgpu_type, mig_capable),)
         elif mig_mode == "enabled":
             # A partitioned GPU is offered as its MIG instances, never whole.
             instances = nvml.mig_instances if nvml is not None else ()
-            deployables = self._mig(gpu, instances, traits + extra_traits)
+            deployables = self._mig(gpu, instances)
+        elif foreign := self._foreign_mdevs(gpu):
+            # Passing the GPU through whole would take it from under those mdevs' users.
+            deployables, not_offered = (), _not_offered(foreign)
         else:
+            whole = whole_gpu(gpu.device_id, mig_capable)
             deployables = (
                 Deployable(
                     name=f"{self.hostname}_{gpu.address}",
                     num_accelerators=1,
-                    resource_class="PGPU",
-                    traits=tuple(traits + extra_traits),
+                    resource_class=whole.resource_class,
+                    traits=whole.traits,
                     attach_handles=(AttachHandle("PCI", pci_cpid(gpu.address)),),
                     driver_name=self.name,
                 ),
@@ -148,6 +146,7 @@ class GpuDiscovery:
             "mig_mode_pending": mig_pending,
             "sriov_totalvfs": _str(gpu.sriov_totalvfs),
             "sriov_numvfs": _str(gpu.sriov_numvfs),
+            "not_offered_reason": not_offered,
         }
         return Device(
             type="GPU",
@@ -157,6 +156,8 @@ class GpuDiscovery:
             controlpath_id=pci_cpid(gpu.address),
             pci_address=gpu.address,
             numa_node=gpu.numa_node,
+            pcie_root=gpu.pcie_root,
+            iommu_group=gpu.iommu_group,
             firmware_version=vbios or (nvml.vbios_version if nvml else None),
             std_board_info={
                 "product_id": gpu.device_id,
@@ -228,6 +229,17 @@ class GpuDiscovery:
 
 def is_nvidia_gpu(function: PciFunction) -> bool:
     return function.vendor_id == NVIDIA and function.class_code[:4] in _CONTROLLERS
+
+
+def _not_offered(foreign: list[tuple[str, str]]) -> str:
+    """Why a GPU carrying mdevs Exosuit did not make is not offered whole."""
+    mdevs = ", ".join(f"{m} ({t})" for t, m in foreign)
+    count = f"{len(foreign)} mdev{'s' if len(foreign) > 1 else ''}"
+    return (
+        f"not offered whole for passthrough: it carries {count} Exosuit did not make: "
+        f"{mdevs}; remove them, or offer the GPU as vGPUs of their type (a partition "
+        "layout, or [nvidia_gpu] vgpu_types)"
+    )
 
 
 def _smi_mode(value: str | None) -> str | None:

@@ -1,6 +1,7 @@
 """nvidia_gpu's MIG: a GPU in MIG mode is offered as its MIG instances, never whole.
 
-One deployable per GPU-instance profile (resource class ``CUSTOM_NVIDIA_MIG_<profile>``),
+One deployable per GPU-instance profile (resource class ``CUSTOM_NVIDIA_MIG_<profile>``,
+traits and attributes as exosuit/drivers/gpu_naming.py names a MIG slice),
 one ``MIG`` attach handle per instance, as NVML lists them (exosuit/drivers/nvml.py);
 every profile NVML says the GPU supports is a service (kind ``mig``). The operator's MIG
 layouts are exosuit/drivers/nvidia_partitions.py's; a container's MIG capability nodes
@@ -10,7 +11,7 @@ exosuit/drivers/nvidia/cdi.py's.
 from __future__ import annotations
 
 from exosuit.drivers.base import AttachHandle, Deployable, Service, pci_cpid
-from exosuit.drivers.nvidia.discovery import trait_token
+from exosuit.drivers.gpu_naming import mig_slice
 from exosuit.drivers.nvml import MigInstance, NvmlGpu
 from exosuit.drivers.sysfs import PciFunction
 
@@ -24,9 +25,7 @@ class MigInstances:
     name: str
     hostname: str
 
-    def _mig(
-        self, gpu: PciFunction, instances: tuple[MigInstance, ...], traits: list[str]
-    ) -> tuple[Deployable, ...]:
+    def _mig(self, gpu: PciFunction, instances: tuple[MigInstance, ...]) -> tuple[Deployable, ...]:
         profiles: dict[str, list[MigInstance]] = {}
         for instance in instances:
             profiles.setdefault(instance.profile, []).append(instance)
@@ -34,8 +33,8 @@ class MigInstances:
             Deployable(
                 name=f"{self.hostname}_{gpu.address}_mig_{profile}",
                 num_accelerators=len(members),
-                resource_class=f"CUSTOM_NVIDIA_MIG_{trait_token(profile)}",
-                traits=tuple(traits),
+                resource_class=mig_slice(gpu.device_id, profile).resource_class,
+                traits=mig_slice(gpu.device_id, profile).traits,
                 attach_handles=tuple(
                     AttachHandle(
                         "MIG",
@@ -50,7 +49,7 @@ class MigInstances:
                     for m in members
                 ),
                 driver_name=self.name,
-                extra_attributes=(("mig_profile", profile),),
+                extra_attributes=mig_slice(gpu.device_id, profile).attributes,
             )
             for profile, members in sorted(profiles.items())
         )

@@ -22,7 +22,8 @@ from oslo_config import types
 
 from exosuit.drivers.base import AttachHandle, Deployable, Device, InstallError, Service, pci_cpid
 from exosuit.drivers.binding import BindingInstall
-from exosuit.drivers.nvidia.discovery import is_nvidia_gpu, trait_token
+from exosuit.drivers.gpu_naming import vgpu
+from exosuit.drivers.nvidia.discovery import is_nvidia_gpu
 from exosuit.drivers.state import read_state, write_state
 from exosuit.drivers.sysfs import PciFunction
 
@@ -169,6 +170,24 @@ class VgpuMdevs(BindingInstall):
             for type_id, found in sorted(types.items(), key=lambda t: _natural(t[0]))
         )
 
+    def _foreign_mdevs(self, gpu: PciFunction) -> list[tuple[str, str]]:
+        """(type, UUID) of each mdev on the GPU (or its VFs) that Exosuit did not make:
+        neither one the install step or a layout made (the state folder's ``MDEVS_FILE``)
+        nor one with an Exosuit slot UUID."""
+        on_bus = self._mdevs_on_bus()
+        created = self._created()
+        found = []
+        for parent in self._mdev_parents(gpu):
+            for type_id in self.sysfs.listdir(
+                "bus", "pci", "devices", parent, "mdev_supported_types"
+            ):
+                existing = self._existing_mdevs(parent, type_id, on_bus)
+                slots = {
+                    self._slot_uuid(parent, type_id, i) for i in range(max(64, 2 * len(existing)))
+                }
+                found += [(type_id, m) for m in existing if m not in created and m not in slots]
+        return sorted(found)
+
     def _mdev_parents(self, gpu: PciFunction) -> list[str]:
         """Where the GPU's mdev types are: on the GPU, or on each VF (SR-IOV vGPU cards)."""
         if self.sysfs.listdir("bus", "pci", "devices", gpu.address, "mdev_supported_types"):
@@ -182,9 +201,7 @@ class VgpuMdevs(BindingInstall):
     def _type_dir(self, parent: str, vgpu_type: str, *rest: str) -> tuple[str, ...]:
         return ("bus", "pci", "devices", parent, "mdev_supported_types", vgpu_type, *rest)
 
-    def _vgpu(
-        self, gpu: PciFunction, vgpu_type: str, traits: list[str], extra_traits: list[str]
-    ) -> Deployable:
+    def _vgpu(self, gpu: PciFunction, vgpu_type: str, mig_capable: bool) -> Deployable:
         parents = self._mdev_parents(gpu)
         supported: dict[str, str] = {}
         for parent in parents:
@@ -206,10 +223,8 @@ class VgpuMdevs(BindingInstall):
                 f"[nvidia_gpu] vgpu_types: GPU {gpu.address} does not support vGPU type "
                 f"{vgpu_type!r}; it supports: {known}"
             )
-        type_name = supported[vgpu_type]
-        words = type_name.split()
-        # Cyborg's trait suffix: the second word of the type's name ("GRID T4-1B" → T4_1B).
-        suffix = trait_token(words[1] if len(words) > 1 else type_name)
+        # Named as exosuit/drivers/gpu_naming.py names a vGPU (Cyborg's trait).
+        naming = vgpu(gpu.device_id, vgpu_type, supported[vgpu_type], mig_capable)
 
         # Only mdevs that exist are offered (the install step creates them, ``mdevs``): a
         # handle for an instance still available would be a device that is not there;
@@ -226,11 +241,11 @@ class VgpuMdevs(BindingInstall):
         return Deployable(
             name=f"{self.hostname}_{gpu.address}",
             num_accelerators=len(handles),
-            resource_class="VGPU",
-            traits=(traits[0], f"{traits[1]}_{suffix}", *extra_traits),
+            resource_class=naming.resource_class,
+            traits=naming.traits,
             attach_handles=tuple(handles),
             driver_name=self.name,
-            extra_attributes=(("vgpu_type", vgpu_type), ("vgpu_type_name", type_name)),
+            extra_attributes=naming.attributes,
         )
 
     def _mdev_handles(
