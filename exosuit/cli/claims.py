@@ -73,6 +73,20 @@ def shown(claim: dict[str, Any], formatter: str) -> tuple[tuple[str, ...], tuple
     return show_item(claim, formatter)
 
 
+def waited(command: Any, parsed_args: argparse.Namespace, claim: dict[str, Any]) -> dict[str, Any]:
+    """``claim`` as it settled with ``--wait`` (as it is without), the command's
+    ``exit_code`` 1 when it settled without succeeding (claim create, server attach)."""
+    if not parsed_args.wait:
+        return claim
+    path = f"/v2/claims/{segment(claim['uuid'])}"
+    claim, stopped = wait_for(
+        command, parsed_args, lambda: command.api.get(path), settled, describe, first=claim
+    )
+    if not stopped and not succeeded(claim):
+        command.exit_code = 1
+    return claim
+
+
 def _non_negative(value: str) -> int:
     try:
         number = int(value)
@@ -202,14 +216,7 @@ class ClaimCreate(ShowCommand):
             self.exit_code = 0 if answer["hostname"] is not None else 1
             return dry_run_shown(answer, parsed_args.formatter)
         claim = self.api.post("/v2/claims", body)
-        if parsed_args.wait:
-            path = f"/v2/claims/{segment(claim['uuid'])}"
-            claim, stopped = wait_for(
-                self, parsed_args, lambda: self.api.get(path), settled, describe, first=claim
-            )
-            if not stopped and not succeeded(claim):
-                self.exit_code = 1
-        return shown(claim, parsed_args.formatter)
+        return shown(waited(self, parsed_args, claim), parsed_args.formatter)
 
     def run(self, parsed_args: argparse.Namespace) -> int:
         super().run(parsed_args)

@@ -10,8 +10,8 @@ from typing import Any
 from cliff.lister import Lister
 
 from exosuit.cli.base import ApiCommand, Listed, ShowCommand, Shown, cells, segment
-from exosuit.cli.claims import describe, settled, shown, succeeded
-from exosuit.cli.waiting import add_wait_options, wait_for
+from exosuit.cli.claims import shown, waited
+from exosuit.cli.waiting import add_wait_options
 
 __all__ = ["ServerAttach", "ServerDetach"]
 
@@ -57,14 +57,7 @@ class ServerAttach(ShowCommand):
         if parsed_args.host is not None:
             body["hostname"] = parsed_args.host
         claim = self.api.post(f"/v2/servers/{segment(parsed_args.server)}/attach", body)
-        if parsed_args.wait:
-            path = f"/v2/claims/{segment(claim['uuid'])}"
-            claim, stopped = wait_for(
-                self, parsed_args, lambda: self.api.get(path), settled, describe, first=claim
-            )
-            if not stopped and not succeeded(claim):
-                self.exit_code = 1
-        return shown(claim, parsed_args.formatter)
+        return shown(waited(self, parsed_args, claim), parsed_args.formatter)
 
     def run(self, parsed_args: argparse.Namespace) -> int:
         super().run(parsed_args)
