@@ -244,6 +244,7 @@ PERSONAS = {
 # must be registered here only: imported into another conftest or test module as well,
 # it is a second fixture there, and starts a second server.
 from tests.glance.glance_fixture import glance_fixture  # noqa: E402,F401
+from tests.helpers.galera import galera_fixture  # noqa: E402,F401
 from tests.helpers.keystone_fixture import keystone_fixture  # noqa: E402,F401
 from tests.placement.placement_fixture import placement_fixture  # noqa: E402,F401
 
@@ -253,6 +254,7 @@ PROCESS_FIXTURES = frozenset(
     {
         "agents",
         "browser",
+        "galera",
         "glance",
         "keystone",
         "nova_cloud",
@@ -267,7 +269,9 @@ PROCESS_FIXTURES = frozenset(
 # Tests that need Keystone (and with it Glance and Nova, which authenticate there and
 # keep their catalog entries in it) go to one pytest-xdist worker: it starts each of them
 # once per run. Placement, small and started in seconds, runs once per worker that needs it.
-ONE_WORKER_FIXTURES = {"keystone": "keystone"}
+# The tests on the private Galera cluster (tests/helpers/galera.py) share one worker too,
+# so that its three servers start once per run.
+ONE_WORKER_FIXTURES = {"keystone": "keystone", "galera": "galera"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
