@@ -80,6 +80,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -95,6 +96,7 @@ from bench._common import (  # noqa: E402
     PrivatePostgres,
     free_port,
 )
+from bench.galera import GaleraCluster  # noqa: E402
 from bench.invariants import Arq  # noqa: E402
 from exosuit.agent.snapshot import build_snapshot  # noqa: E402
 from exosuit.db import models  # noqa: E402
@@ -138,6 +140,11 @@ PROFILES = {
 def log(campaign: Campaign | None, message: str) -> None:
     stamp = f"t+{time.monotonic() - campaign.t0:6.1f}s " if campaign and campaign.t0 else ""
     print(f"[chaos] {stamp}{message}", file=sys.stderr, flush=True)
+
+
+def sync_wait(url: str) -> str:
+    """A Galera URL whose reads wait for the cluster's last commit (doc/deploy-galera.md)."""
+    return f"{url}?init_command={urllib.parse.quote('SET SESSION wsrep_sync_wait = 1')}"
 
 
 # --- processes ------------------------------------------------------------------------------
@@ -449,6 +456,9 @@ class Campaign:
         self.api_urls: list[str] = []
         self.pg: PrivatePostgres | None = None
         self.proxy: DbProxy | None = None
+        self.galera: GaleraCluster | None = None
+        self.node_urls: list[str] = []  # Galera: the database on each node
+        self.rejoins: list[dict] = []
         self.placement: PlacementProcess | None = None
         self.db_url = ""  # what the services use
         self.check_url = ""  # what the checks use (not through the proxy)
@@ -474,6 +484,14 @@ class Campaign:
 
     def database(self) -> None:
         name = f"exosuit_chaos_{uuid.uuid4().hex[:8]}"
+        if self.backend == "galera":
+            # Three nodes of a private cluster; each service on one of them, reads after a
+            # write on another node see it (wsrep_sync_wait, doc/deploy-galera.md).
+            self.galera = GaleraCluster(self.workdir)
+            self.galera.start()
+            self.node_urls = [sync_wait(u) for u in self.galera.create_database(name)]
+            self.db_url = self.check_url = self.node_urls[0]
+            return
         if self.backend == "postgresql":
             self.pg = PrivatePostgres(self.workdir)
             self.pg.init()
@@ -497,9 +515,10 @@ class Campaign:
             admin.set(database=name, host="127.0.0.1", port=self.proxy.port)
         ).render_as_string(hide_password=False)
 
-    def write_config(self) -> str:
+    def write_config(self, db_url: str = "", name: str = "exosuit.conf") -> str:
         a = self.args
-        path = os.path.join(self.workdir, "exosuit.conf")
+        db_url = db_url or self.db_url
+        path = os.path.join(self.workdir, name)
         with open(path, "w") as f:
             f.write(
                 f"[DEFAULT]\nstate_path = {self.workdir}/state\nhost = chaos-control\n"
@@ -508,7 +527,7 @@ class Campaign:
                 # The campaign binds what its simulated hosts report: new devices ready,
                 # as before activation existed (doc/devices.md).
                 "[inventory]\nnew_device_activation = ready\n"
-                f"[database]\nconnection = {self.db_url}\nmax_pool_size = 10\n"
+                f"[database]\nconnection = {db_url}\nmax_pool_size = 10\n"
                 "[conductor]\nworkers = 2\npoll_interval = 0.5\n"
                 f"lease_seconds = {a.lease_seconds}\nbackoff_base = 1\nbackoff_max = 10\n"
                 "reconcile_interval = 0\nprogram_sweep_interval = 10\n"
@@ -532,6 +551,18 @@ class Campaign:
             raise RuntimeError("exosuit-manage db upgrade failed:\n" + upgrade.stderr[-3000:])
         logs = os.path.join(self.workdir, "logs")
         os.makedirs(logs, exist_ok=True)
+        configs = {"api-1": config, "api-2": config, "conductor-1": config, "conductor-2": config}
+        if self.node_urls:
+            # Galera: each API and each conductor on a node of its own choosing (api-1 on
+            # node 1, api-2 on 2, conductor-1 on 3, conductor-2 on 1).
+            for process, node in (
+                ("api-1", 0),
+                ("api-2", 1),
+                ("conductor-1", 2),
+                ("conductor-2", 0),
+            ):
+                configs[process] = self.write_config(self.node_urls[node], f"{process}.conf")
+                self.ops[f"{process} on Galera node {node + 1}"] = 1
         for i in range(2):
             port = free_port()
             self.api_urls.append(f"http://127.0.0.1:{port}")
@@ -542,7 +573,7 @@ class Campaign:
                     [
                         os.path.join(BIN, "exosuit-api"),
                         "--config-file",
-                        config,
+                        configs[f"api-{i + 1}"],
                         "--port",
                         str(port),
                     ],
@@ -553,7 +584,11 @@ class Campaign:
                 Supervised(
                     f"conductor-{i + 1}",
                     "conductor",
-                    [os.path.join(BIN, "exosuit-conductor"), "--config-file", config],
+                    [
+                        os.path.join(BIN, "exosuit-conductor"),
+                        "--config-file",
+                        configs[f"conductor-{i + 1}"],
+                    ],
                     os.path.join(logs, f"conductor-{i + 1}.log"),
                 )
             )
@@ -659,7 +694,11 @@ class Campaign:
         events: list[tuple[float, str, object]] = []
         outage = self.args.db_outage
         db_window = None
-        if outage > 0:
+        if outage > 0 and self.galera is not None:
+            start = rng.uniform(0.1 * d, 0.2 * d)
+            db_window = (start, start + outage)
+            events.append((start, "db_outage", outage))
+        elif outage > 0:
             start = rng.uniform(0.15 * d, max(0.15 * d, 0.85 * d - outage))
             db_window = (start, start + outage)
             events.append((start, "db_outage", outage))
@@ -675,7 +714,14 @@ class Campaign:
                     break
             events.append((start, "placement_outage", p_outage))
         targets = self.apis + self.conductors + (self.agents if self.args.kill_agents else [])
-        for _ in range(self.args.kills):
+        kills = self.args.kills
+        if self.galera is not None and db_window is not None and kills >= 2:
+            # Galera: a node first, then an API, then a conductor (the others at random).
+            after = db_window[1] + 0.25 * (d - db_window[1])
+            events.append((after, "kill", rng.choice(self.apis)))
+            events.append((after + 0.4 * (d - after), "kill", rng.choice(self.conductors)))
+            kills -= 2
+        for _ in range(kills):
             events.append((rng.uniform(0.05 * d, 0.95 * d), "kill", rng.choice(targets)))
         return sorted(events, key=lambda e: e[0])
 
@@ -714,6 +760,9 @@ class Campaign:
                 self.outages.append(asyncio.create_task(self.placement_outage(float(target))))  # type: ignore[arg-type]
 
     async def db_outage(self, seconds: float) -> None:
+        if self.galera is not None:
+            await self.node_outage(seconds)
+            return
         began = time.monotonic()
         if self.pg is not None:
             await asyncio.to_thread(self.pg.stop, "immediate")
@@ -733,6 +782,36 @@ class Campaign:
         took = time.monotonic() - began
         log(self, f"database back after {took:.1f} s")
         self.faults.append(f"database outage {took:.1f} s: {how}")
+
+    async def node_outage(self, seconds: float) -> None:
+        """kill -9 of one Galera node (seeded), started again ``seconds`` later; it rejoins
+        (IST from a donor's gcache) and the time until it is Synced is recorded."""
+        assert self.galera is not None
+        node = self.rng.choice(self.galera.nodes)
+        began = time.monotonic()
+        await asyncio.to_thread(node.kill)
+        log(self, f"Galera {node.name} killed (kill -9) for {seconds:g} s")
+        await asyncio.sleep(max(0.0, began + seconds - time.monotonic()))
+        started = time.monotonic()
+        await asyncio.to_thread(node.start)
+        await asyncio.to_thread(node.wait_synced, 300, len(self.galera.nodes))
+        synced = time.monotonic()
+        transfer = node.last_transfer()
+        self.rejoins.append(
+            {
+                "node": node.name,
+                "down_s": round(started - began, 1),
+                "rejoin_s": round(synced - started, 1),
+                "transfer": transfer,
+            }
+        )
+        log(
+            self, f"Galera {node.name} Synced {synced - started:.1f} s after its start ({transfer})"
+        )
+        self.faults.append(
+            f"database outage: Galera {node.name} kill -9, down {started - began:.1f} s, "
+            f"Synced again {synced - started:.1f} s after its start (by {transfer})"
+        )
 
     async def placement_outage(self, seconds: float) -> None:
         began = time.monotonic()
@@ -1062,6 +1141,19 @@ class Campaign:
         results["every acknowledged inventory present"] = invariants.check_inventory(
             db, self.sim_hosts + self.agent_hosts, self.sim_acked
         )
+        if self.galera is not None:
+            # The same on every node, and the three nodes holding the same rows.
+            missing: list[str] = []
+            for i, url in enumerate(self.node_urls[1:], start=2):
+                node_db = Database(url, pool_size=1)
+                try:
+                    missing += [
+                        f"node{i}: {v}" for v in invariants.check_ledger(node_db, self.ledger)
+                    ]
+                finally:
+                    node_db.dispose()
+            results["every acknowledged write present"] += missing
+            results["the three Galera nodes hold the same rows"] = self.compare_nodes()
         results["no process exited unless killed"] = [
             exit for process in self.processes for exit in process.exits
         ]
@@ -1069,6 +1161,36 @@ class Campaign:
             f"{op}: {n} x 500" for op, c in sorted(self.clients.counts.items()) if (n := c["500"])
         ]
         return results
+
+    def compare_nodes(self) -> list[str]:
+        """``CHECKSUM TABLE`` of every table on each node (after a sync wait): equal. The
+        agents still report (a host's report time changes): a difference is looked at
+        again, up to 10 times a second apart, and reported only if it stays."""
+        for _ in range(10):
+            different = self._compare_nodes_once()
+            if not different:
+                break
+            time.sleep(1)
+        return different
+
+    def _compare_nodes_once(self) -> list[str]:
+        sums: list[dict[str, int]] = []
+        tables = [t.name for t in models.Base.metadata.sorted_tables]
+        for url in self.node_urls:
+            engine = sa.create_engine(url)
+            try:
+                with engine.connect() as conn:
+                    conn.exec_driver_sql("SELECT 1")  # waits for the cluster's last commit
+                    rows = conn.exec_driver_sql(f"CHECKSUM TABLE {', '.join(tables)}").all()
+                sums.append({str(name).split(".")[-1]: int(value or 0) for name, value in rows})
+            finally:
+                engine.dispose()
+        return [
+            f"{table}: node1 {sums[0][table]} != node{i + 1} {other[table]}"
+            for i, other in enumerate(sums[1:], start=1)
+            for table in tables
+            if other[table] != sums[0][table]
+        ]
 
     # -- the whole run -----------------------------------------------------------------------
 
@@ -1087,6 +1209,9 @@ class Campaign:
         if self.pg is not None and self.pg.running():
             with contextlib.suppress(Exception):
                 self.pg.stop("fast")
+        if self.galera is not None:
+            with contextlib.suppress(Exception):
+                self.galera.stop()
 
     def execute(self) -> dict:
         began = time.monotonic()
@@ -1147,6 +1272,7 @@ class Campaign:
             "reconcile_s": round(reconcile, 1),
             "operations": dict(sorted(self.ops.items())),
             "faults": self.faults,
+            "galera_rejoins": self.rejoins,
             "processes": {
                 p.name: {
                     "kills": p.kills,
@@ -1211,7 +1337,12 @@ def parse_args(argv=None):
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--backend", choices=("postgresql", "mariadb", "both"), default="both")
+    parser.add_argument(
+        "--backend",
+        choices=("postgresql", "mariadb", "galera", "both", "all"),
+        default="both",
+        help="both: PostgreSQL then MariaDB; all: and then a private 3-node Galera cluster.",
+    )
     parser.add_argument(
         "--duration", type=float, default=300, help="Seconds of load and faults (default 300)."
     )
@@ -1280,7 +1411,9 @@ def main(argv=None) -> int:
     if argv[:1] == ["_proxy"]:
         return proxy_main(int(argv[1]), argv[2], int(argv[3]))
     args = parse_args(argv)
-    backends = ["postgresql", "mariadb"] if args.backend == "both" else [args.backend]
+    backends = {"both": ["postgresql", "mariadb"], "all": ["postgresql", "mariadb", "galera"]}.get(
+        args.backend, [args.backend]
+    )
     results = []
     for backend in backends:
         workdir = tempfile.mkdtemp(prefix=f"exosuit-chaos-{backend}-")

@@ -25,6 +25,7 @@ __all__ = ["GaleraCluster", "GaleraNode", "galera_missing"]
 
 PROVIDER = "/usr/lib/galera/libgalera_smm.so"
 CLUSTER_NAME = "exosuit_galera"
+START_MARK = "--- exosuit: starting"  # written to a node's log before each start
 
 
 def _free_port() -> int:
@@ -144,12 +145,48 @@ class GaleraNode:
         if done.returncode:
             raise RuntimeError(f"mariadb-install-db failed: {done.stdout}{done.stderr}")
 
+    def recover_position(self) -> str | None:
+        """After a crash (``grastate.dat`` says seqno -1): the last committed position,
+        read from InnoDB by ``mariadbd --wsrep-recover`` as Debian's ``galera_recovery``
+        does before a systemd start, so that the node asks for an IST of what it missed
+        rather than a whole copy. None when there is nothing to recover."""
+        try:
+            with open(os.path.join(self.datadir, "grastate.dat")) as f:
+                state = f.read()
+        except OSError:
+            return None
+        if "seqno:   -1" not in state and "seqno: -1" not in state:
+            return None
+        done = subprocess.run(
+            [
+                _program("mariadbd") or "mariadbd",
+                f"--defaults-file={self.config}",
+                "--wsrep-recover",
+                "--disable-log-error",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            env=self.cluster.env,
+        )
+        for line in (done.stdout + done.stderr).splitlines():
+            if "WSREP: Recovered position:" in line:
+                return line.split("Recovered position:")[1].strip()
+        return None
+
     def start(self, *, bootstrap: bool = False) -> None:
-        """Start ``mariadbd`` (in a process group of its own; it does not wait)."""
+        """Start ``mariadbd`` (in a process group of its own; it does not wait), from the
+        position recovered after a crash if there was one."""
         argv = [_program("mariadbd") or "mariadbd", f"--defaults-file={self.config}"]
         if bootstrap:
             argv.append("--wsrep-new-cluster")
+        position = None if bootstrap else self.recover_position()
+        if position:
+            argv.append(f"--wsrep-start-position={position}")
         with open(self.log, "ab") as log:
+            log.write(f"{START_MARK} {self.name}\n".encode())
+            log.flush()
             self.process = subprocess.Popen(
                 argv,
                 stdout=log,
@@ -214,6 +251,18 @@ class GaleraNode:
                 return
             time.sleep(0.3)
         raise RuntimeError(f"galera {self.name} not Synced after {timeout} s: {self.tail()}")
+
+    def last_transfer(self) -> str:
+        """How the node's last start got the cluster's state: ``IST`` (the writes it missed,
+        from a donor's gcache), ``SST`` (a whole copy) or ``none``."""
+        with open(self.log, errors="replace") as f:
+            last = f.read().split(START_MARK)[-1]
+        # The rsync script runs for either; it says which it did.
+        if "IST completed on joiner" in last:
+            return "IST"
+        if "SST completed on joiner" in last:
+            return "SST"
+        return "IST" if "IST received" in last else "none"
 
     def tail(self, lines: int = 25) -> str:
         try:
