@@ -4,14 +4,17 @@
 
 Results and the commands behind them: doc/reliability.md ("Fault campaign").
 
-For each backend (``postgresql``, ``mariadb`` or ``both``, one after the other) it
-starts, in a temporary folder:
+For each backend (``postgresql``, ``mariadb``, ``galera``; ``both``: the first two,
+``all``: the three, one after the other) it starts, in a temporary folder:
 
 * the database: on PostgreSQL a private cluster (``initdb`` + ``pg_ctl`` on a free
   port; as root both run as the ``postgres`` user through ``runuser``, since initdb
   refuses root); on MariaDB a fresh database on the local server (127.0.0.1:3306)
   that the services reach through a TCP proxy of this script (the server is shared
-  with others and cannot be stopped);
+  with others and cannot be stopped); on Galera a private 3-node cluster
+  (bench/galera.py), each API and conductor on one node (api-1 and conductor-2 on node
+  1, api-2 on node 2, conductor-1 on node 3), their reads waiting for the cluster's
+  last commit (``wsrep_sync_wait``, doc/deploy-galera.md);
 * a real OpenStack Placement (tests/placement/placement_server.py, its own SQLite);
 * two ``exosuit-api`` and two ``exosuit-conductor`` processes on that database
   (standalone Placement sync), each kept running by a supervisor that restarts it
@@ -28,14 +31,19 @@ starts, in a temporary folder:
   ``DELETE ?instance=`` and the allocation. A failed or unknown bind deletes its
   ARQs (``DELETE ?arqs=``) and allocation, as Nova does. Some profiles ask for an
   FPGA function (``accel:function_id``): those binds wait for the real agents to
-  program the device. Every acknowledged write is recorded: an ARQ created (201),
-  bound (202 then resolved ``Bound``), deleted (204).
+  program the device. A fifth of the cycles make a standalone claim (2.8) of a GPU
+  instead, for a consumer of their own (a lost answer is sent again for the same
+  consumer), hold it a while and release it. Every acknowledged write is recorded: an
+  ARQ created (201), bound (202 then resolved ``Bound``), deleted (204); a claim made
+  (201), released (204).
 
 Faults, at seeded random times within ``--duration``: ``--kills`` kill -9 of an API or
 conductor (its whole process group: server and workers), restarted by the supervisor;
 one database outage of ``--db-outage`` seconds (PostgreSQL: ``pg_ctl stop -m
 immediate``, every server process killed as in a crash, then started again with crash
-recovery; MariaDB: the proxy resets every connection and refuses new ones); one
+recovery; MariaDB: the proxy resets every connection and refuses new ones; Galera:
+one node killed -9, started again after the outage from its recovered position, so that
+it rejoins by IST; then an API and a conductor are killed, in that order); one
 Placement outage of ``--placement-outage`` seconds (stopped, then started on the same
 port).
 
@@ -53,8 +61,10 @@ checks are bench/invariants.py's, which tests/bench/test_chaos.py also holds aga
    other provider; the allocations on them equal to the ``Bound`` ARQs (instance,
    provider);
 4. every acknowledged write present: ARQs bound are ``Bound`` to what was asked,
-   created ones exist, deleted ones are gone; each simulated host's last report is
-   the host's inventory, each real agent's devices are there;
+   created ones exist, deleted ones are gone; claims made are held, released ones hold
+   nothing, none is stuck; each simulated host's last report is the host's inventory,
+   each real agent's devices are there (on Galera: on every node, and the three nodes'
+   tables equal, ``CHECKSUM TABLE``);
 5. no process exited but those killed (and the starts refused while the database was
    down), and no request answered 500.
 
@@ -107,6 +117,9 @@ from exosuit.drivers.base import AttachHandle, Deployable, Device, pci_cpid  # n
 from exosuit.placement.sync import compute_provider_uuid  # noqa: E402
 
 PLACEMENT_VERSION = "placement 1.39"
+V28 = {"OpenStack-API-Version": "accelerator 2.8"}
+# The share of the load's cycles that make a standalone claim instead of a Nova instance.
+CLAIM_SHARE = 0.2
 # How many times the Placement check waits for the syncs queued after the reconcile.
 SETTLE_ROUNDS = 5
 SIM_TRAIT = "CUSTOM_CHAOS_SIM"
@@ -468,6 +481,7 @@ class Campaign:
         self.faults: list[str] = []
         self.violations_seen: list[str] = []
         self.deallocations: set[str] = set()
+        self.claims: dict[str, str] = {}  # claim uuid -> made | released | unknown
         self.sim_hosts = [f"chaos-sim-{i}" for i in range(args.sim_hosts)]
         self.agent_hosts = [f"chaos-agent-{i + 1}" for i in range(args.agents)]
         self.sim_acked: dict[str, dict] = {}
@@ -869,11 +883,55 @@ class Campaign:
         while not self.stop_load.is_set():
             profile = rng.choices(names, weights)[0]
             try:
-                await self.cycle(rng, profile)
+                if rng.random() < CLAIM_SHARE:
+                    await self.claim_cycle(rng)
+                else:
+                    await self.cycle(rng, profile)
             except Exception as error:  # a bug of the campaign itself: say so, go on
                 log(self, f"nova worker {worker}: {type(error).__name__}: {error}")
                 self.ops["campaign errors"] += 1
                 await asyncio.sleep(1)
+
+    async def claim_cycle(self, rng: random.Random) -> None:
+        """A standalone claim (2.8) of one GPU for a consumer of its own, as a container
+        runtime makes one: POST until answered (the same consumer again after a lost
+        answer: one claim per consumer, so a retry never makes a second), held a while,
+        then DELETE until 204."""
+        body = {"device_profile_name": "chaos-gpu", "consumer": f"chaos:{uuid.uuid4()}"}
+        claim = None
+        delay = 0.5
+        while claim is None and time.monotonic() < self.hard_deadline:
+            reply = await self.clients.api(
+                "POST /v2/claims", "POST", "/v2/claims", json=body, headers=V28
+            )
+            if reply.status == 201:
+                claim = reply.body["uuid"]
+            elif reply.status == 409:
+                self.ops["claims refused (409)"] += 1
+                await asyncio.sleep(1)
+                return
+            else:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5)
+        if claim is None:
+            return
+        self.claims[claim] = "made"
+        self.ops["claims made (201)"] += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop_load.wait(), rng.uniform(*self.args.lifetime))
+        if self.stop_load.is_set():
+            self.ops["claims left held at the end"] += 1
+            return
+        path = f"/v2/claims/{claim}"
+        while time.monotonic() < self.hard_deadline:
+            reply = await self.clients.api("DELETE /v2/claims/{uuid}", "DELETE", path, headers=V28)
+            if reply.status == 204:
+                self.claims[claim] = "released"
+                self.ops["claims released (204)"] += 1
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5)
+        self.claims[claim] = "unknown"
 
     async def cycle(self, rng: random.Random, profile: str) -> None:
         c = self.clients
@@ -1137,6 +1195,9 @@ class Campaign:
         )
         self.ops["ARQs in the database not created by an acknowledged POST"] = (
             invariants.unacknowledged_arqs(db, self.ledger)
+        )
+        results["every acknowledged claim present, none stuck"] = invariants.check_claims(
+            db, self.claims
         )
         results["every acknowledged inventory present"] = invariants.check_inventory(
             db, self.sim_hosts + self.agent_hosts, self.sim_acked

@@ -8,7 +8,12 @@ compare-and-set on (id, worker, running). What a job kind is: exosuit/jobs.py.
 
 Claims lock the oldest due row with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL and
 MariaDB (concurrent claimers each take a different row without waiting), or
-read and update it under SQLite's single writer (``BEGIN IMMEDIATE``).
+read and update it under SQLite's single writer (``BEGIN IMMEDIATE``). The row
+is then taken by a conditional update (``WHERE id = … AND state = <as read>``).
+On a Galera cluster the lock is the node's own: claimers on two nodes may read
+and update the same row, and certification settles it: the second to commit
+fails with a deadlock (1213), ``Database.write`` runs it again, and it reads the
+job as running (doc/deploy-galera.md).
 """
 
 from __future__ import annotations
@@ -348,7 +353,9 @@ def claim(
     lease = now + _seconds(lease_seconds)
     values.update(state=RUNNING, worker=worker, lease_expires_at=lease)
     result = conn.execute(sa.update(jobs).where(*guard).values(**values))
-    if result.rowcount != 1:  # cannot happen under the row lock / single writer
+    # Cannot happen under the row lock / single writer; on Galera a write of another node
+    # applied meanwhile aborts this transaction (a deadlock, retried) instead.
+    if result.rowcount != 1:
         raise AssertionError(f"job {row.id} changed under its lock")
     return ClaimedJob(
         id=row.id,
