@@ -42,8 +42,9 @@ conductor (its whole process group: server and workers), restarted by the superv
 one database outage of ``--db-outage`` seconds (PostgreSQL: ``pg_ctl stop -m
 immediate``, every server process killed as in a crash, then started again with crash
 recovery; MariaDB: the proxy resets every connection and refuses new ones; Galera:
-one node killed -9, started again after the outage from its recovered position, so that
-it rejoins by IST; then an API and a conductor are killed, in that order); one
+node 1 (api-1's and conductor-2's) killed -9, started again after the outage from its
+recovered position, so that it rejoins by IST; then an API and a conductor are killed,
+in that order); one
 Placement outage of ``--placement-outage`` seconds (stopped, then started on the same
 port).
 
@@ -798,10 +799,11 @@ class Campaign:
         self.faults.append(f"database outage {took:.1f} s: {how}")
 
     async def node_outage(self, seconds: float) -> None:
-        """kill -9 of one Galera node (seeded), started again ``seconds`` later; it rejoins
-        (IST from a donor's gcache) and the time until it is Synced is recorded."""
+        """kill -9 of Galera node 1 (api-1's and conductor-2's: an API and a conductor lose
+        their database), started again ``seconds`` later; it rejoins (IST from a donor's
+        gcache) and the time until it is Synced is recorded."""
         assert self.galera is not None
-        node = self.rng.choice(self.galera.nodes)
+        node = self.galera.nodes[0]
         began = time.monotonic()
         await asyncio.to_thread(node.kill)
         log(self, f"Galera {node.name} killed (kill -9) for {seconds:g} s")
@@ -1223,6 +1225,20 @@ class Campaign:
         ]
         return results
 
+    def galera_conflicts(self) -> dict[str, int]:
+        """Galera: the transactions each node aborted as certification conflicts (its own
+        that lost: ``wsrep_local_cert_failures``; its own aborted by a write of another
+        node applied under their locks: ``wsrep_local_bf_aborts``), summed over the nodes
+        (since each started: a restarted node counts from its restart)."""
+        if self.galera is None:
+            return {}
+        totals = collections.Counter()
+        for node in self.galera.nodes:
+            status = node.status()
+            for name in ("wsrep_local_cert_failures", "wsrep_local_bf_aborts"):
+                totals[name] += int(status.get(name, 0))
+        return dict(totals)
+
     def compare_nodes(self) -> list[str]:
         """``CHECKSUM TABLE`` of every table on each node (after a sync wait): equal. The
         agents still report (a host's report time changes): a difference is looked at
@@ -1301,6 +1317,7 @@ class Campaign:
                     k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)
                 }
                 invariants = self.check(db)
+                conflicts = self.galera_conflicts()
                 programs = models.programs
                 bind_programs = dict(
                     db.read(
@@ -1334,6 +1351,7 @@ class Campaign:
             "operations": dict(sorted(self.ops.items())),
             "faults": self.faults,
             "galera_rejoins": self.rejoins,
+            "galera_conflicts": conflicts,
             "processes": {
                 p.name: {
                     "kills": p.kills,
@@ -1379,6 +1397,8 @@ def print_summary(result: dict) -> None:
     print("answers seen by the clients (status or error type):")
     for op, counts in result["client_answers"].items():
         print(f"  {op:<40} " + ", ".join(f"{k}: {v}" for k, v in counts.items()))
+    if result.get("galera_conflicts"):
+        print(f"Galera certification conflicts (retried): {result['galera_conflicts']}")
     print(f"programs queued by binds, by state: {result['bind_programs'] or 'none'}")
     print(f"jobs failed for good: {result['failed_jobs'] or 'none'}")
     print(f"drift repaired by the final reconcile: {result['reconcile_repairs'] or 'none'}")
