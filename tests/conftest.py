@@ -283,7 +283,26 @@ def pytest_collection_modifyitems(config, items):
         # loadgroup: the tests of one module go to one worker (a module's fixtures, often
         # a server, start once), and the tests that need a fixture of ONE_WORKER_FIXTURES
         # (directly or through another fixture) go to one worker together.
+        needs = [g for f, g in ONE_WORKER_FIXTURES.items() if f in item.fixturenames]
         if not any(item.iter_markers("xdist_group")):
-            needs = [g for f, g in ONE_WORKER_FIXTURES.items() if f in item.fixturenames]
             group = needs[0] if needs else str(item.path.relative_to(config.rootpath))
             item.add_marker(pytest.mark.xdist_group(group))
+        if needs and getattr(config.option, "loadgroup", False):  # a worker of loadgroup
+            _suffix_group(item, needs[0])
+
+
+def _suffix_group(item, group: str) -> None:
+    """The group of a test that needs a ONE_WORKER_FIXTURES fixture as its node id's
+    ``@group`` suffix, which is what pytest-xdist's scheduler groups by.
+
+    NOTE: pytest-xdist 3.8 appends it by setting ``item._nodeid``, which pytest 9.2 no
+    longer reads (a node id is ``item._id`` now), so each test was a group of its own and
+    the Keystone and Galera tests ran on every worker, each starting its own servers. It
+    is set here where pytest reads it, for those groups only: the modules' groups stay
+    as the suite was measured with (doc/benchmarks.md), one test at a time. A no-op once
+    the suffix is there."""
+    if "@" in item.nodeid.rpartition("]")[2] or not hasattr(item, "_id"):
+        return
+    from _pytest.nodeid import NodeId
+
+    item._id = NodeId.parse(f"{item.nodeid}@{group}")
