@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SOURCES := exosuit tests bench
 # command:package pairs the tests need (installed by `make test` when missing).
-SYSTEM_PACKAGES := chromium:chromium zsh:zsh podman:podman
+SYSTEM_PACKAGES := chromium:chromium zsh:zsh podman:podman mariadbd:mariadb-server wsrep_sst_rsync:mariadb-server rsync:rsync
 
 .PHONY: run test test-quick check lint bench fuzz system-packages venvs clean protos
 
@@ -49,7 +49,8 @@ check: $(VENV)/.test-installed
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-# Debian packages some tests drive for real (Chromium, podman): installed when missing.
+# Debian packages some tests drive for real (Chromium, podman, a Galera cluster of
+# mariadb-server with its galera-4 and rsync): installed when missing.
 system-packages:
 	@EXOSUIT_SYSTEM_PACKAGES="$(SYSTEM_PACKAGES)" sh .ci/system-packages
 

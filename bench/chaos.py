@@ -4,14 +4,17 @@
 
 Results and the commands behind them: doc/reliability.md ("Fault campaign").
 
-For each backend (``postgresql``, ``mariadb`` or ``both``, one after the other) it
-starts, in a temporary folder:
+For each backend (``postgresql``, ``mariadb``, ``galera``; ``both``: the first two,
+``all``: the three, one after the other) it starts, in a temporary folder:
 
 * the database: on PostgreSQL a private cluster (``initdb`` + ``pg_ctl`` on a free
   port; as root both run as the ``postgres`` user through ``runuser``, since initdb
   refuses root); on MariaDB a fresh database on the local server (127.0.0.1:3306)
   that the services reach through a TCP proxy of this script (the server is shared
-  with others and cannot be stopped);
+  with others and cannot be stopped); on Galera a private 3-node cluster
+  (bench/galera.py), each API and conductor on one node (api-1 and conductor-2 on node
+  1, api-2 on node 2, conductor-1 on node 3), their reads waiting for the cluster's
+  last commit (``wsrep_sync_wait``, doc/deploy-galera.md);
 * a real OpenStack Placement (tests/placement/placement_server.py, its own SQLite);
 * two ``exosuit-api`` and two ``exosuit-conductor`` processes on that database
   (standalone Placement sync), each kept running by a supervisor that restarts it
@@ -28,14 +31,20 @@ starts, in a temporary folder:
   ``DELETE ?instance=`` and the allocation. A failed or unknown bind deletes its
   ARQs (``DELETE ?arqs=``) and allocation, as Nova does. Some profiles ask for an
   FPGA function (``accel:function_id``): those binds wait for the real agents to
-  program the device. Every acknowledged write is recorded: an ARQ created (201),
-  bound (202 then resolved ``Bound``), deleted (204).
+  program the device. A fifth of the cycles make a standalone claim (2.8) of a GPU
+  instead, for a consumer of their own (a lost answer is sent again for the same
+  consumer), hold it a while and release it. Every acknowledged write is recorded: an
+  ARQ created (201), bound (202 then resolved ``Bound``), deleted (204); a claim made
+  (201), released (204).
 
 Faults, at seeded random times within ``--duration``: ``--kills`` kill -9 of an API or
 conductor (its whole process group: server and workers), restarted by the supervisor;
 one database outage of ``--db-outage`` seconds (PostgreSQL: ``pg_ctl stop -m
 immediate``, every server process killed as in a crash, then started again with crash
-recovery; MariaDB: the proxy resets every connection and refuses new ones); one
+recovery; MariaDB: the proxy resets every connection and refuses new ones; Galera:
+node 1 (api-1's and conductor-2's) killed -9, started again after the outage from its
+recovered position, so that it rejoins by IST; then an API and a conductor are killed,
+in that order); one
 Placement outage of ``--placement-outage`` seconds (stopped, then started on the same
 port).
 
@@ -53,8 +62,10 @@ checks are bench/invariants.py's, which tests/bench/test_chaos.py also holds aga
    other provider; the allocations on them equal to the ``Bound`` ARQs (instance,
    provider);
 4. every acknowledged write present: ARQs bound are ``Bound`` to what was asked,
-   created ones exist, deleted ones are gone; each simulated host's last report is
-   the host's inventory, each real agent's devices are there;
+   created ones exist, deleted ones are gone; claims made are held, released ones hold
+   nothing, none is stuck; each simulated host's last report is the host's inventory,
+   each real agent's devices are there (on Galera: on every node, and the three nodes'
+   tables equal, ``CHECKSUM TABLE``);
 5. no process exited but those killed (and the starts refused while the database was
    down), and no request answered 500.
 
@@ -80,6 +91,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -95,6 +107,7 @@ from bench._common import (  # noqa: E402
     PrivatePostgres,
     free_port,
 )
+from bench.galera import GaleraCluster  # noqa: E402
 from bench.invariants import Arq  # noqa: E402
 from exosuit.agent.snapshot import build_snapshot  # noqa: E402
 from exosuit.db import models  # noqa: E402
@@ -105,6 +118,9 @@ from exosuit.drivers.base import AttachHandle, Deployable, Device, pci_cpid  # n
 from exosuit.placement.sync import compute_provider_uuid  # noqa: E402
 
 PLACEMENT_VERSION = "placement 1.39"
+V28 = {"OpenStack-API-Version": "accelerator 2.8"}
+# The share of the load's cycles that make a standalone claim instead of a Nova instance.
+CLAIM_SHARE = 0.2
 # How many times the Placement check waits for the syncs queued after the reconcile.
 SETTLE_ROUNDS = 5
 SIM_TRAIT = "CUSTOM_CHAOS_SIM"
@@ -138,6 +154,11 @@ PROFILES = {
 def log(campaign: Campaign | None, message: str) -> None:
     stamp = f"t+{time.monotonic() - campaign.t0:6.1f}s " if campaign and campaign.t0 else ""
     print(f"[chaos] {stamp}{message}", file=sys.stderr, flush=True)
+
+
+def sync_wait(url: str) -> str:
+    """A Galera URL whose reads wait for the cluster's last commit (doc/deploy-galera.md)."""
+    return f"{url}?init_command={urllib.parse.quote('SET SESSION wsrep_sync_wait = 1')}"
 
 
 # --- processes ------------------------------------------------------------------------------
@@ -449,6 +470,9 @@ class Campaign:
         self.api_urls: list[str] = []
         self.pg: PrivatePostgres | None = None
         self.proxy: DbProxy | None = None
+        self.galera: GaleraCluster | None = None
+        self.node_urls: list[str] = []  # Galera: the database on each node
+        self.rejoins: list[dict] = []
         self.placement: PlacementProcess | None = None
         self.db_url = ""  # what the services use
         self.check_url = ""  # what the checks use (not through the proxy)
@@ -458,6 +482,7 @@ class Campaign:
         self.faults: list[str] = []
         self.violations_seen: list[str] = []
         self.deallocations: set[str] = set()
+        self.claims: dict[str, str] = {}  # claim uuid -> made | released | unknown
         self.sim_hosts = [f"chaos-sim-{i}" for i in range(args.sim_hosts)]
         self.agent_hosts = [f"chaos-agent-{i + 1}" for i in range(args.agents)]
         self.sim_acked: dict[str, dict] = {}
@@ -474,6 +499,14 @@ class Campaign:
 
     def database(self) -> None:
         name = f"exosuit_chaos_{uuid.uuid4().hex[:8]}"
+        if self.backend == "galera":
+            # Three nodes of a private cluster; each service on one of them, reads after a
+            # write on another node see it (wsrep_sync_wait, doc/deploy-galera.md).
+            self.galera = GaleraCluster(self.workdir)
+            self.galera.start()
+            self.node_urls = [sync_wait(u) for u in self.galera.create_database(name)]
+            self.db_url = self.check_url = self.node_urls[0]
+            return
         if self.backend == "postgresql":
             self.pg = PrivatePostgres(self.workdir)
             self.pg.init()
@@ -497,9 +530,10 @@ class Campaign:
             admin.set(database=name, host="127.0.0.1", port=self.proxy.port)
         ).render_as_string(hide_password=False)
 
-    def write_config(self) -> str:
+    def write_config(self, db_url: str = "", name: str = "exosuit.conf") -> str:
         a = self.args
-        path = os.path.join(self.workdir, "exosuit.conf")
+        db_url = db_url or self.db_url
+        path = os.path.join(self.workdir, name)
         with open(path, "w") as f:
             f.write(
                 f"[DEFAULT]\nstate_path = {self.workdir}/state\nhost = chaos-control\n"
@@ -508,7 +542,7 @@ class Campaign:
                 # The campaign binds what its simulated hosts report: new devices ready,
                 # as before activation existed (doc/devices.md).
                 "[inventory]\nnew_device_activation = ready\n"
-                f"[database]\nconnection = {self.db_url}\nmax_pool_size = 10\n"
+                f"[database]\nconnection = {db_url}\nmax_pool_size = 10\n"
                 "[conductor]\nworkers = 2\npoll_interval = 0.5\n"
                 f"lease_seconds = {a.lease_seconds}\nbackoff_base = 1\nbackoff_max = 10\n"
                 "reconcile_interval = 0\nprogram_sweep_interval = 10\n"
@@ -532,6 +566,18 @@ class Campaign:
             raise RuntimeError("exosuit-manage db upgrade failed:\n" + upgrade.stderr[-3000:])
         logs = os.path.join(self.workdir, "logs")
         os.makedirs(logs, exist_ok=True)
+        configs = {"api-1": config, "api-2": config, "conductor-1": config, "conductor-2": config}
+        if self.node_urls:
+            # Galera: each API and each conductor on a node of its own choosing (api-1 on
+            # node 1, api-2 on 2, conductor-1 on 3, conductor-2 on 1).
+            for process, node in (
+                ("api-1", 0),
+                ("api-2", 1),
+                ("conductor-1", 2),
+                ("conductor-2", 0),
+            ):
+                configs[process] = self.write_config(self.node_urls[node], f"{process}.conf")
+                self.ops[f"{process} on Galera node {node + 1}"] = 1
         for i in range(2):
             port = free_port()
             self.api_urls.append(f"http://127.0.0.1:{port}")
@@ -542,7 +588,7 @@ class Campaign:
                     [
                         os.path.join(BIN, "exosuit-api"),
                         "--config-file",
-                        config,
+                        configs[f"api-{i + 1}"],
                         "--port",
                         str(port),
                     ],
@@ -553,7 +599,11 @@ class Campaign:
                 Supervised(
                     f"conductor-{i + 1}",
                     "conductor",
-                    [os.path.join(BIN, "exosuit-conductor"), "--config-file", config],
+                    [
+                        os.path.join(BIN, "exosuit-conductor"),
+                        "--config-file",
+                        configs[f"conductor-{i + 1}"],
+                    ],
                     os.path.join(logs, f"conductor-{i + 1}.log"),
                 )
             )
@@ -659,7 +709,11 @@ class Campaign:
         events: list[tuple[float, str, object]] = []
         outage = self.args.db_outage
         db_window = None
-        if outage > 0:
+        if outage > 0 and self.galera is not None:
+            start = rng.uniform(0.1 * d, 0.2 * d)
+            db_window = (start, start + outage)
+            events.append((start, "db_outage", outage))
+        elif outage > 0:
             start = rng.uniform(0.15 * d, max(0.15 * d, 0.85 * d - outage))
             db_window = (start, start + outage)
             events.append((start, "db_outage", outage))
@@ -675,7 +729,14 @@ class Campaign:
                     break
             events.append((start, "placement_outage", p_outage))
         targets = self.apis + self.conductors + (self.agents if self.args.kill_agents else [])
-        for _ in range(self.args.kills):
+        kills = self.args.kills
+        if self.galera is not None and db_window is not None and kills >= 2:
+            # Galera: a node first, then an API, then a conductor (the others at random).
+            after = db_window[1] + 0.25 * (d - db_window[1])
+            events.append((after, "kill", rng.choice(self.apis)))
+            events.append((after + 0.4 * (d - after), "kill", rng.choice(self.conductors)))
+            kills -= 2
+        for _ in range(kills):
             events.append((rng.uniform(0.05 * d, 0.95 * d), "kill", rng.choice(targets)))
         return sorted(events, key=lambda e: e[0])
 
@@ -714,6 +775,9 @@ class Campaign:
                 self.outages.append(asyncio.create_task(self.placement_outage(float(target))))  # type: ignore[arg-type]
 
     async def db_outage(self, seconds: float) -> None:
+        if self.galera is not None:
+            await self.node_outage(seconds)
+            return
         began = time.monotonic()
         if self.pg is not None:
             await asyncio.to_thread(self.pg.stop, "immediate")
@@ -733,6 +797,37 @@ class Campaign:
         took = time.monotonic() - began
         log(self, f"database back after {took:.1f} s")
         self.faults.append(f"database outage {took:.1f} s: {how}")
+
+    async def node_outage(self, seconds: float) -> None:
+        """kill -9 of Galera node 1 (api-1's and conductor-2's: an API and a conductor lose
+        their database), started again ``seconds`` later; it rejoins (IST from a donor's
+        gcache) and the time until it is Synced is recorded."""
+        assert self.galera is not None
+        node = self.galera.nodes[0]
+        began = time.monotonic()
+        await asyncio.to_thread(node.kill)
+        log(self, f"Galera {node.name} killed (kill -9) for {seconds:g} s")
+        await asyncio.sleep(max(0.0, began + seconds - time.monotonic()))
+        started = time.monotonic()
+        await asyncio.to_thread(node.start)
+        await asyncio.to_thread(node.wait_synced, 300, len(self.galera.nodes))
+        synced = time.monotonic()
+        transfer = node.last_transfer()
+        self.rejoins.append(
+            {
+                "node": node.name,
+                "down_s": round(started - began, 1),
+                "rejoin_s": round(synced - started, 1),
+                "transfer": transfer,
+            }
+        )
+        log(
+            self, f"Galera {node.name} Synced {synced - started:.1f} s after its start ({transfer})"
+        )
+        self.faults.append(
+            f"database outage: Galera {node.name} kill -9, down {started - began:.1f} s, "
+            f"Synced again {synced - started:.1f} s after its start (by {transfer})"
+        )
 
     async def placement_outage(self, seconds: float) -> None:
         began = time.monotonic()
@@ -790,11 +885,55 @@ class Campaign:
         while not self.stop_load.is_set():
             profile = rng.choices(names, weights)[0]
             try:
-                await self.cycle(rng, profile)
+                if rng.random() < CLAIM_SHARE:
+                    await self.claim_cycle(rng)
+                else:
+                    await self.cycle(rng, profile)
             except Exception as error:  # a bug of the campaign itself: say so, go on
                 log(self, f"nova worker {worker}: {type(error).__name__}: {error}")
                 self.ops["campaign errors"] += 1
                 await asyncio.sleep(1)
+
+    async def claim_cycle(self, rng: random.Random) -> None:
+        """A standalone claim (2.8) of one GPU for a consumer of its own, as a container
+        runtime makes one: POST until answered (the same consumer again after a lost
+        answer: one claim per consumer, so a retry never makes a second), held a while,
+        then DELETE until 204."""
+        body = {"device_profile_name": "chaos-gpu", "consumer": f"chaos:{uuid.uuid4()}"}
+        claim = None
+        delay = 0.5
+        while claim is None and time.monotonic() < self.hard_deadline:
+            reply = await self.clients.api(
+                "POST /v2/claims", "POST", "/v2/claims", json=body, headers=V28
+            )
+            if reply.status == 201:
+                claim = reply.body["uuid"]
+            elif reply.status == 409:
+                self.ops["claims refused (409)"] += 1
+                await asyncio.sleep(1)
+                return
+            else:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5)
+        if claim is None:
+            return
+        self.claims[claim] = "made"
+        self.ops["claims made (201)"] += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop_load.wait(), rng.uniform(*self.args.lifetime))
+        if self.stop_load.is_set():
+            self.ops["claims left held at the end"] += 1
+            return
+        path = f"/v2/claims/{claim}"
+        while time.monotonic() < self.hard_deadline:
+            reply = await self.clients.api("DELETE /v2/claims/{uuid}", "DELETE", path, headers=V28)
+            if reply.status == 204:
+                self.claims[claim] = "released"
+                self.ops["claims released (204)"] += 1
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5)
+        self.claims[claim] = "unknown"
 
     async def cycle(self, rng: random.Random, profile: str) -> None:
         c = self.clients
@@ -1059,9 +1198,25 @@ class Campaign:
         self.ops["ARQs in the database not created by an acknowledged POST"] = (
             invariants.unacknowledged_arqs(db, self.ledger)
         )
+        results["every acknowledged claim present, none stuck"] = invariants.check_claims(
+            db, self.claims
+        )
         results["every acknowledged inventory present"] = invariants.check_inventory(
             db, self.sim_hosts + self.agent_hosts, self.sim_acked
         )
+        if self.galera is not None:
+            # The same on every node, and the three nodes holding the same rows.
+            missing: list[str] = []
+            for i, url in enumerate(self.node_urls[1:], start=2):
+                node_db = Database(url, pool_size=1)
+                try:
+                    missing += [
+                        f"node{i}: {v}" for v in invariants.check_ledger(node_db, self.ledger)
+                    ]
+                finally:
+                    node_db.dispose()
+            results["every acknowledged write present"] += missing
+            results["the three Galera nodes hold the same rows"] = self.compare_nodes()
         results["no process exited unless killed"] = [
             exit for process in self.processes for exit in process.exits
         ]
@@ -1069,6 +1224,50 @@ class Campaign:
             f"{op}: {n} x 500" for op, c in sorted(self.clients.counts.items()) if (n := c["500"])
         ]
         return results
+
+    def galera_conflicts(self) -> dict[str, int]:
+        """Galera: the transactions each node aborted as certification conflicts (its own
+        that lost: ``wsrep_local_cert_failures``; its own aborted by a write of another
+        node applied under their locks: ``wsrep_local_bf_aborts``), summed over the nodes
+        (since each started: a restarted node counts from its restart)."""
+        if self.galera is None:
+            return {}
+        totals = collections.Counter()
+        for node in self.galera.nodes:
+            status = node.status()
+            for name in ("wsrep_local_cert_failures", "wsrep_local_bf_aborts"):
+                totals[name] += int(status.get(name, 0))
+        return dict(totals)
+
+    def compare_nodes(self) -> list[str]:
+        """``CHECKSUM TABLE`` of every table on each node (after a sync wait): equal. The
+        agents still report (a host's report time changes): a difference is looked at
+        again, up to 10 times a second apart, and reported only if it stays."""
+        for _ in range(10):
+            different = self._compare_nodes_once()
+            if not different:
+                break
+            time.sleep(1)
+        return different
+
+    def _compare_nodes_once(self) -> list[str]:
+        sums: list[dict[str, int]] = []
+        tables = [t.name for t in models.Base.metadata.sorted_tables]
+        for url in self.node_urls:
+            engine = sa.create_engine(url)
+            try:
+                with engine.connect() as conn:
+                    conn.exec_driver_sql("SELECT 1")  # waits for the cluster's last commit
+                    rows = conn.exec_driver_sql(f"CHECKSUM TABLE {', '.join(tables)}").all()
+                sums.append({str(name).split(".")[-1]: int(value or 0) for name, value in rows})
+            finally:
+                engine.dispose()
+        return [
+            f"{table}: node1 {sums[0][table]} != node{i + 1} {other[table]}"
+            for i, other in enumerate(sums[1:], start=1)
+            for table in tables
+            if other[table] != sums[0][table]
+        ]
 
     # -- the whole run -----------------------------------------------------------------------
 
@@ -1087,6 +1286,9 @@ class Campaign:
         if self.pg is not None and self.pg.running():
             with contextlib.suppress(Exception):
                 self.pg.stop("fast")
+        if self.galera is not None:
+            with contextlib.suppress(Exception):
+                self.galera.stop()
 
     def execute(self) -> dict:
         began = time.monotonic()
@@ -1115,6 +1317,7 @@ class Campaign:
                     k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)
                 }
                 invariants = self.check(db)
+                conflicts = self.galera_conflicts()
                 programs = models.programs
                 bind_programs = dict(
                     db.read(
@@ -1147,6 +1350,8 @@ class Campaign:
             "reconcile_s": round(reconcile, 1),
             "operations": dict(sorted(self.ops.items())),
             "faults": self.faults,
+            "galera_rejoins": self.rejoins,
+            "galera_conflicts": conflicts,
             "processes": {
                 p.name: {
                     "kills": p.kills,
@@ -1192,6 +1397,8 @@ def print_summary(result: dict) -> None:
     print("answers seen by the clients (status or error type):")
     for op, counts in result["client_answers"].items():
         print(f"  {op:<40} " + ", ".join(f"{k}: {v}" for k, v in counts.items()))
+    if result.get("galera_conflicts"):
+        print(f"Galera certification conflicts (retried): {result['galera_conflicts']}")
     print(f"programs queued by binds, by state: {result['bind_programs'] or 'none'}")
     print(f"jobs failed for good: {result['failed_jobs'] or 'none'}")
     print(f"drift repaired by the final reconcile: {result['reconcile_repairs'] or 'none'}")
@@ -1211,7 +1418,12 @@ def parse_args(argv=None):
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--backend", choices=("postgresql", "mariadb", "both"), default="both")
+    parser.add_argument(
+        "--backend",
+        choices=("postgresql", "mariadb", "galera", "both", "all"),
+        default="both",
+        help="both: PostgreSQL then MariaDB; all: and then a private 3-node Galera cluster.",
+    )
     parser.add_argument(
         "--duration", type=float, default=300, help="Seconds of load and faults (default 300)."
     )
@@ -1280,7 +1492,9 @@ def main(argv=None) -> int:
     if argv[:1] == ["_proxy"]:
         return proxy_main(int(argv[1]), argv[2], int(argv[3]))
     args = parse_args(argv)
-    backends = ["postgresql", "mariadb"] if args.backend == "both" else [args.backend]
+    backends = {"both": ["postgresql", "mariadb"], "all": ["postgresql", "mariadb", "galera"]}.get(
+        args.backend, [args.backend]
+    )
     results = []
     for backend in backends:
         workdir = tempfile.mkdtemp(prefix=f"exosuit-chaos-{backend}-")

@@ -37,6 +37,7 @@ __all__ = [
     "AGENT_DEVICES",
     "TRANSITIONAL",
     "Arq",
+    "check_claims",
     "check_double_holders",
     "check_handles",
     "check_inventory",
@@ -186,11 +187,15 @@ def check_placement(db: Database, placement: httpx.Client) -> tuple[list[str], l
                     problems.append(
                         f"host {host}: provider {rp_uuid} {aspect} {b}, the database says {a}"
                     )
-    arq = models.accelerator_requests
+    arq, claims = models.accelerator_requests, models.claims
+    # A claim's allocation is the claim's (its uuid the consumer), an ARQ's Nova's instance's.
+    consumer = sa.case((arq.c.claim_id.is_not(None), claims.c.uuid), else_=arq.c.instance_uuid)
     bound = set(
         db.read(
             lambda conn: conn.execute(
-                sa.select(arq.c.instance_uuid, arq.c.device_rp_uuid).where(arq.c.state == "Bound")
+                sa.select(consumer, arq.c.device_rp_uuid)
+                .select_from(arq.outerjoin(claims, arq.c.claim_id == claims.c.id))
+                .where(arq.c.state == "Bound")
             ).all()
         )
     )
@@ -283,10 +288,52 @@ def check_ledger(db: Database, ledger: Mapping[str, Arq]) -> list[str]:
 
 def unacknowledged_arqs(db: Database, ledger: Mapping[str, Arq]) -> int:
     """ARQs in the database that no acknowledged POST created (not a violation: a POST
-    whose answer was lost)."""
+    whose answer was lost); a claim's ARQs are its own."""
     arq = models.accelerator_requests
-    uuids = db.read(lambda conn: conn.execute(sa.select(arq.c.uuid)).scalars().all())
+    uuids = db.read(
+        lambda conn: (
+            conn.execute(sa.select(arq.c.uuid).where(arq.c.claim_id.is_(None))).scalars().all()
+        )
+    )
     return len(set(uuids) - set(ledger))
+
+
+def check_claims(db: Database, ledger: Mapping[str, str]) -> list[str]:
+    """Every claim the clients were told of (``ledger``: uuid → ``made``, 201, or
+    ``released``, 204) is so in the database: a made one live, each of its ARQs ``Bound``
+    with a handle; a released one released (or purged) and holding nothing. And no claim
+    is stuck: none live with an ARQ in another state than ``Bound``."""
+    arq, claims = models.accelerator_requests, models.claims
+    rows = db.read(
+        lambda conn: conn.execute(
+            sa.select(
+                claims.c.uuid, claims.c.released_at, arq.c.uuid.label("arq"), arq.c.state,
+                arq.c.attach_handle_id,
+            ).select_from(claims.outerjoin(arq, arq.c.claim_id == claims.c.id))
+        ).all()
+    )  # fmt: skip
+    found: dict[str, list[Any]] = {}
+    for row in rows:
+        found.setdefault(row.uuid, []).append(row)
+    problems = []
+    for uuid, state in sorted(ledger.items()):
+        held = [r for r in found.get(uuid, []) if r.arq is not None]
+        if state == "made":
+            if uuid not in found:
+                problems.append(f"claim {uuid} made (acknowledged) but absent")
+            elif found[uuid][0].released_at is not None:
+                problems.append(f"claim {uuid} made (acknowledged) but released")
+            elif not held:
+                problems.append(f"claim {uuid} made (acknowledged) but holds nothing")
+        elif state == "released" and uuid in found:
+            if found[uuid][0].released_at is None or held:
+                problems.append(f"claim {uuid} released (acknowledged) but live")
+    for uuid, claim_rows in sorted(found.items()):
+        if claim_rows[0].released_at is None:
+            for r in claim_rows:
+                if r.arq is not None and (r.state != "Bound" or r.attach_handle_id is None):
+                    problems.append(f"claim {uuid} stuck: its ARQ {r.arq} is {r.state}")
+    return problems
 
 
 def check_inventory(

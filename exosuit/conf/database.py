@@ -30,7 +30,9 @@ OPTIONS: list[cfg.Opt] = [
         "max_retries",
         default=10,
         min=0,
-        help="Times a transaction is retried after a deadlock or serialization failure.",
+        help="Times a transaction is retried after a deadlock or serialization failure "
+        "(on Galera also a certification conflict, and a node not yet synced: "
+        "doc/deploy-galera.md), waiting 10 ms, doubling, at most 0.5 s between two.",
     ),
     cfg.IntOpt(
         "startup_wait",

@@ -7,6 +7,20 @@ compare-and-set statements (``UPDATE … WHERE state = …``) re-check their
 condition on the row they lock, and deadlocks or serialization failures are
 retried by ``Database.write``.
 
+A MariaDB Galera cluster is MariaDB to this module (doc/deploy-galera.md): a write
+that conflicts with one committed first on another node fails certification, at its
+COMMIT or at its next statement, as a deadlock (1213), and a node that is not (yet)
+part of the cluster's primary component answers 1047 (``WSREP has not yet prepared
+node for application use``) until it is: both are retried like a deadlock. Neither
+committed anything, so running the transaction again is safe.
+
+What is never run again is a transaction whose connection broke during its COMMIT:
+the server may have committed it (a create would then be made twice, a
+compare-and-set would find its own change and refuse), so ``Database.write`` raises
+``DatabaseUnavailable`` and leaves the answer to the caller, as a lost answer would.
+A connection broken before the COMMIT was sent rolls the transaction back on the
+server, and that one is run again.
+
 Round trips are what a request costs on a networked database, so none is spent
 that buys nothing (see ``_setup_pool``): a pooled connection is pinged only after
 it sat idle, is not rolled back on its return after a clean commit, and readers
@@ -27,7 +41,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event, exc
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, RootTransaction
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection, PoolResetState
 
@@ -50,8 +64,10 @@ RETRY_MAX = 0.5
 
 __all__ = ["Database", "notifications_configured", "ping"]
 
-# MySQL/MariaDB: 1213 deadlock, 1205 lock wait timeout. PostgreSQL: 40001, 40P01.
-_MYSQL_RETRY = {1213, 1205}
+# MySQL/MariaDB: 1213 deadlock (a Galera certification failure too), 1205 lock wait
+# timeout, 1047 a Galera node not in the primary component or not yet synced ("WSREP has
+# not yet prepared node for application use"). PostgreSQL: 40001, 40P01.
+_MYSQL_RETRY = {1213, 1205, 1047}
 _PG_RETRY = {"40001", "40P01"}
 
 
@@ -161,10 +177,11 @@ class Database:
         with self.engine.connect().execution_options(**options) as conn:
             changes.forget(conn)
             audit.forget(conn)
-            with conn.begin():
+            with conn.begin() as transaction:
                 yield conn
                 changes.count(conn)  # in the transaction, as it commits
                 audit.flush(conn)
+                _commit(transaction)
             conn.info[_CLEAN] = True
 
     def read(
@@ -215,6 +232,19 @@ class Database:
         self.engine.dispose()
         if self._read_engine is not self.engine:
             self._read_engine.dispose()
+
+
+def _commit(transaction: RootTransaction) -> None:
+    """COMMIT; a connection lost meanwhile leaves the outcome unknown: not retried."""
+    try:
+        transaction.commit()
+    except exc.DBAPIError as error:
+        if not _is_disconnect(error):
+            raise  # the server answered: nothing was committed (a deadlock is retried)
+        raise exceptions.DatabaseUnavailable(
+            reason=f"the connection was lost during COMMIT, which may have committed; "
+            f"the transaction is not run again: {error.orig}"
+        ) from error
 
 
 def notifications_configured(conf: Any) -> bool:

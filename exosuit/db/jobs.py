@@ -8,7 +8,12 @@ compare-and-set on (id, worker, running). What a job kind is: exosuit/jobs.py.
 
 Claims lock the oldest due row with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL and
 MariaDB (concurrent claimers each take a different row without waiting), or
-read and update it under SQLite's single writer (``BEGIN IMMEDIATE``).
+read and update it under SQLite's single writer (``BEGIN IMMEDIATE``). The row
+is then taken by a conditional update (``WHERE id = … AND state = <as read>``).
+On a Galera cluster the lock is the node's own: claimers on two nodes may read
+and update the same row, and certification settles it: the second to commit
+fails with a deadlock (1213), ``Database.write`` runs it again, and it reads the
+job as running (doc/deploy-galera.md).
 """
 
 from __future__ import annotations
@@ -82,6 +87,13 @@ _PENDING_OF_KEY = (
 )
 
 
+_HOLD_PENDING = (
+    sa.update(jobs)
+    .where(jobs.c.id == sa.bindparam("p_id"), jobs.c.state == PENDING)
+    .values(updated_at=sa.bindparam("p_now"))
+)
+
+
 def enqueue(
     conn: Connection,
     kind: str,
@@ -96,14 +108,23 @@ def enqueue(
     With a ``key``, a job of that key still pending absorbs this one (its
     payload is the same kind of request: "sync host X"), so a burst of changes
     costs one run; its id is returned. A job already running does not absorb
-    it: it may have read the state before this change. ``coalesce=False`` is
+    it: it may have read the state before this change (nor one claimed before
+    this transaction commits: the pending job's row is written to hold it). ``coalesce=False`` is
     for a key that is new by construction: no pending job can have it, so
     nothing is looked up.
     """
     now = models.utcnow()
     if key is not None and coalesce:
         pending = conn.execute(_PENDING_OF_KEY, {"p_key": key}).first()
-        if pending is not None:
+        # NOTE: the pending job absorbs this one only if it is still pending as this
+        # transaction commits: a worker that claimed it meanwhile has read the state
+        # from before this change. Written, not just read, so that the claim and this
+        # transaction are ordered: one waits for the other's row lock, or, on Galera,
+        # certification aborts one of them (retried). Otherwise a new job.
+        if (
+            pending is not None
+            and conn.execute(_HOLD_PENDING, {"p_id": pending.id, "p_now": now}).rowcount == 1
+        ):
             return int(pending.id)
     result = conn.execute(
         _INSERT_JOB,
@@ -348,7 +369,9 @@ def claim(
     lease = now + _seconds(lease_seconds)
     values.update(state=RUNNING, worker=worker, lease_expires_at=lease)
     result = conn.execute(sa.update(jobs).where(*guard).values(**values))
-    if result.rowcount != 1:  # cannot happen under the row lock / single writer
+    # Cannot happen under the row lock / single writer; on Galera a write of another node
+    # applied meanwhile aborts this transaction (a deadlock, retried) instead.
+    if result.rowcount != 1:
         raise AssertionError(f"job {row.id} changed under its lock")
     return ClaimedJob(
         id=row.id,

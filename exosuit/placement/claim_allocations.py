@@ -29,7 +29,7 @@ from keystoneauth1 import adapter as ksa_adapter
 
 from exosuit import exceptions
 from exosuit.db import claims as claims_db
-from exosuit.jobs import JobContext, JobKind
+from exosuit.jobs import JobContext, JobKind, RetryLater
 from exosuit.placement import client as placement_client
 
 __all__ = ["ALLOCATION_MICROVERSION", "JOB_KINDS", "Allocator", "Refused", "allocator"]
@@ -115,7 +115,16 @@ def _release(ctx: JobContext, payload: dict[str, Any]) -> None:
     if service is None:
         LOG.info("claim %s released: no Placement configured here", payload["consumer"])
         return
-    service.client().request("DELETE", f"/allocations/{payload['consumer']}", expected=(204, 404))
+    try:
+        service.client().request(
+            "DELETE", f"/allocations/{payload['consumer']}", expected=(204, 404)
+        )
+    except exceptions.PlacementUnavailable as error:
+        # NOTE: waited out like a sync's (not an attempt): an outage longer than the
+        # attempts' backoff must not leave the allocation behind for good.
+        raise RetryLater(
+            f"release of claim {payload['consumer']}: {error}", ctx.conf.placement.retry_interval
+        ) from error
 
 
 JOB_KINDS = (JobKind(claims_db.RELEASE_ALLOCATION, _release),)

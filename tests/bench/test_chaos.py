@@ -1,9 +1,11 @@
 """The fault campaign (bench/chaos.py), short: a few kills, short outages, its invariants.
 
 ``test_short_campaign`` runs the campaign as ``bench/chaos.py`` runs it (a subprocess
-that starts its own private PostgreSQL or uses a fresh MariaDB database behind its
-proxy, its own Placement, two exosuit-api, two exosuit-conductor, two agents), with
-20 s of load, 3 kill -9, a 5 s database outage and a 5 s Placement outage, and checks
+that starts its own private PostgreSQL, uses a fresh MariaDB database behind its
+proxy, or starts a private 3-node Galera cluster, its own Placement, two exosuit-api,
+two exosuit-conductor, two agents), with 20 s of load, 3 kill -9, a 5 s database
+outage (on Galera: one node killed -9 for 5 s, rejoining by IST) and a 5 s Placement
+outage, and checks
 that every invariant held and that the faults and the load really happened. Nothing
 depends on the machine's speed: the campaign's waits are bounded by generous deadlines
 and no duration is asserted.
@@ -27,6 +29,7 @@ import sqlalchemy as sa
 
 from bench._common import PrivatePostgres
 from bench.chaos import parse_args
+from bench.galera import galera_missing
 from bench.invariants import (
     Arq,
     check_double_holders,
@@ -49,6 +52,9 @@ SHORT = [
 ]  # fmt: skip
 
 
+GALERA_LAYOUT = (("api-1", 1), ("api-2", 2), ("conductor-1", 3), ("conductor-2", 1))
+
+
 def _mariadb_reachable() -> bool:
     try:
         engine = sa.create_engine(MYSQL_URL)
@@ -61,7 +67,7 @@ def _mariadb_reachable() -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["postgresql", "mariadb"])
+@pytest.mark.parametrize("backend", ["postgresql", "mariadb", "galera"])
 def test_short_campaign(backend, tmp_path):
     require(
         Path(sys.executable).with_name("placement-manage").exists()
@@ -73,6 +79,9 @@ def test_short_campaign(backend, tmp_path):
             PrivatePostgres(str(tmp_path))
         except RuntimeError as error:
             require(False, str(error))
+    elif backend == "galera":
+        missing = galera_missing()
+        require(missing is None, f"no Galera cluster here: {missing}")
     else:
         require(_mariadb_reachable(), f"MariaDB at {MYSQL_URL} unavailable")
     out = tmp_path / "chaos.json"
@@ -100,6 +109,13 @@ def test_short_campaign(backend, tmp_path):
     assert ops.get("instances bound", 0) > 0, report
     assert ops.get("instances deleted (204)", 0) > 0, report
     assert ops.get("inventory reports acknowledged", 0) > 0, report
+    if backend == "galera":
+        # The killed node came back by IST (the writes it missed), and the APIs and
+        # conductors were on different nodes.
+        (rejoin,) = result["galera_rejoins"]
+        assert rejoin["transfer"] == "IST", report
+        assert {ops[f"{p} on Galera node {n}"] for p, n in GALERA_LAYOUT} == {1}, report
+        assert result["invariants"]["the three Galera nodes hold the same rows"]["ok"]
 
 
 HOST = "chaos-sim-0"

@@ -304,6 +304,24 @@ def test_a_claim_skips_a_job_locked_by_another_claimer_without_waiting(database)
     assert worker.claim().id == first
 
 
+@pytest.mark.parametrize("database", ["postgresql", "mariadb"], indirect=True)
+def test_a_pending_job_that_absorbs_a_new_one_is_not_claimed_before_that_commits(database):
+    """A change whose sync a pending job of its key absorbs: until the change commits, no
+    worker claims that job (it would read the state from before the change, and no sync
+    would follow); once committed, it is claimed."""
+    first = enqueue(database, "test.record", {}, key="sync:host")
+    worker = Worker(conductor_conf(), database, settings=FAST)
+    with database.writer() as conn:  # the change, in the middle of its transaction
+        assert jobs.enqueue(conn, "test.record", {}, key="sync:host") == first
+        claimed: list = []
+        claimer = threading.Thread(target=lambda: claimed.append(worker.claim()), daemon=True)
+        claimer.start()
+        claimer.join(timeout=60)
+        assert not claimer.is_alive(), "the claim waited for the held job"
+        assert claimed == [None]
+    assert worker.claim().id == first
+
+
 def test_worker_threads_run_every_job_exactly_once(database, tmp_path):
     count = 40
     with database.writer() as conn:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
+from exosuit import exceptions
 from exosuit.db import models
 from exosuit.db.api import Database
 
@@ -67,6 +68,58 @@ def test_reads_and_writes_survive_killed_connections(database, db_servers, ping_
         assert db.read(_count) == 1
         db.write(_add_host, "h2")
         assert db.read(_count) == 2
+    finally:
+        db.dispose()
+
+
+def _session_id(conn) -> int:
+    query = (
+        "SELECT pg_backend_pid()" if conn.dialect.name == "postgresql" else "SELECT CONNECTION_ID()"
+    )
+    return int(conn.exec_driver_sql(query).scalar())
+
+
+def _kill_session(server, ident: int) -> None:
+    with server.engine.connect() as conn:
+        if server.backend == "mariadb":
+            conn.exec_driver_sql(f"KILL {ident}")
+        else:
+            conn.exec_driver_sql(f"SELECT pg_terminate_backend({ident})")
+
+
+@pytest.mark.parametrize("lost", ["before-commit", "at-commit"])
+def test_a_transaction_whose_commit_may_have_committed_is_not_run_again(database, db_servers, lost):
+    """A connection lost before the COMMIT was sent: the server rolled the transaction back,
+    and it is run again (one host made). Lost as the COMMIT is sent: the server may have
+    committed it, so it is not run again (a create would be made twice): 503's
+    DatabaseUnavailable, saying why, and the transaction ran once."""
+    if database.dialect == "sqlite":
+        pytest.skip("SQLite has no server connection to lose")
+    server = db_servers["postgresql" if database.dialect == "postgresql" else "mariadb"]
+    db = Database(database.url.render_as_string(hide_password=False), max_retries=3)
+    runs: list[int] = []
+
+    def create(conn) -> None:
+        runs.append(_session_id(conn))
+        _add_host(conn, "once")
+        if lost == "before-commit" and len(runs) == 1:
+            _kill_session(server, runs[-1])
+            _count(conn)  # the next statement finds the connection gone
+
+    @sa.event.listens_for(db.engine, "commit")
+    def _kill_at_commit(conn) -> None:
+        if lost == "at-commit":
+            _kill_session(server, runs[-1])
+
+    try:
+        if lost == "before-commit":
+            db.write(create)
+            assert len(runs) == 2 and db.read(_count) == 1
+        else:
+            with pytest.raises(exceptions.DatabaseUnavailable, match="during COMMIT"):
+                db.write(create)
+            assert len(runs) == 1
+            assert db.read(_count) == 0  # killed before it could commit: nothing made
     finally:
         db.dispose()
 

@@ -179,6 +179,11 @@ def test_placement_away_is_a_503_holding_nothing(sqlite_database, hostname):
     handles = stack.api.get(f"/v2/attach_handles?hostname={hostname}", version=V).json
     assert [h["in_use"] for h in handles["attach_handles"]] == [False]
     assert len(stack.pending("placement_claim_release")) == 1
+    # The deletion waits for Placement however long it is away: never failed for good.
+    for _ in range(8):
+        stack.run_jobs(due=True)
+    (waiting,) = stack.pending("placement_claim_release")
+    assert waiting["attempts"] == 0 and "Placement" in waiting["last_error"]
 
 
 def test_without_placement_claims_are_in_the_database_only(sqlite_database, hostname):
