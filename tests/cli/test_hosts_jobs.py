@@ -182,9 +182,14 @@ def test_host_list_sort_and_limit(cli):
 
 
 def test_job_list_and_show_json(cli, api, failed_job):
-    failed = api.list("/v2/jobs", "jobs", "2.5", state="failed")
-
-    assert cli.json("job", "list", "--state", "failed") == pick(failed, JobList.columns)
+    # The failing host's syncs fail on: compare with a list that did not change around
+    # the command's.
+    for _ in range(10):
+        failed = api.list("/v2/jobs", "jobs", "2.5", state="failed")
+        shown_failed = cli.json("job", "list", "--state", "failed")
+        if api.list("/v2/jobs", "jobs", "2.5", state="failed") == failed:
+            break
+    assert shown_failed == pick(failed, JobList.columns)
     listed = cli.json("job", "list", "--long")
     assert list(listed[0]) == list(JobList.columns + JobList.long_columns)
     assert failed_job["id"] in {j["id"] for j in listed}
