@@ -762,6 +762,8 @@ def test_a_changed_report_costs_the_same_statements_whatever_the_devices(databas
         counts[count] = len([s for s in seen if not s.lstrip().upper().startswith("BEGIN")])
         (changed,) = rows(database, "devices", hostname=host, pci_address=addresses[0])
         assert changed["firmware_version"] == "2.0"
-    assert counts[2] == counts[8] <= 12, counts
+    # 13: the pending Placement sync that absorbs the change is written too (jobs.enqueue,
+    # so that a conductor cannot take it before this commit: found on Galera, issue 23).
+    assert counts[2] == counts[8] <= 13, counts
     assert len(rows(database, "attach_handles")) == 4 * (2 + 8)
     assert_no_orphans(database)
