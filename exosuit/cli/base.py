@@ -365,9 +365,13 @@ class ListCommand(ApiCommand, Lister):
         return names, [cells(item, names, parsed_args.formatter) for item in items]
 
     def table_item(self, item: dict[str, Any], long: bool) -> dict[str, Any]:
-        """An item as a table row shows it (``long``: --long given); JSON, YAML,
-        value and csv show the API's item."""
-        return item
+        """An item as a table row shows it (``long``: --long given): its ``uuid`` as a
+        short id (its first 8 characters, accepted by every command) unless --long, so
+        that a table fits 80 columns; JSON, YAML, value and csv show the API's item."""
+        uuid = item.get("uuid")
+        if long or not isinstance(uuid, str):
+            return item
+        return {**item, "uuid": uuid[:SHORT_ID]}
 
 
 class ShowCommand(ApiCommand, ShowOne):

@@ -16,7 +16,6 @@ from cliff.show import ShowOne
 
 from exosuit.cli.base import (
     DEVICE,
-    SHORT_ID,
     ApiCommand,
     Filter,
     ListCommand,
@@ -114,8 +113,7 @@ class DeviceList(ListCommand):
 
     def table_item(self, item: dict[str, Any], long: bool) -> dict[str, Any]:
         return {
-            **item,
-            "uuid": item["uuid"] if long else short_id(item["uuid"]),
+            **super().table_item(item, long),
             "health": health_text(item.get("health")),
             "maintenance": maintenance_text(item),
         }
@@ -126,11 +124,6 @@ class DeviceList(ListCommand):
             self.api.require("2.10", "--label")
             params["label"] = parsed_args.label
         return params
-
-
-def short_id(uuid: str | None) -> str | None:
-    """A UUID's first 8 characters (what the dashboard shows; accepted as an id)."""
-    return uuid[:SHORT_ID] if uuid else uuid
 
 
 def health_text(health: dict[str, Any] | None) -> str | None:

@@ -77,7 +77,8 @@ def test_device_list_shows_health_drain_and_activation_within_80_columns(server,
 
 def test_tables_fit_a_real_80_column_terminal(server, cli, api, tmp_path):
     """In tmux, 80 columns wide: the default device table is one line per device and
-    no line is wider than the terminal (cliff fits tables to a terminal's width)."""
+    no line is wider than the terminal, not even a --long one's (cliff fits tables to a
+    terminal's width; -J joins what the terminal itself wrapped)."""
     require(shutil.which("tmux") is not None, "tmux is not installed (apt-get install tmux)")
     devices = _devices(api)
     socket = str(tmp_path / "tmux.sock")
@@ -85,7 +86,10 @@ def test_tables_fit_a_real_80_column_terminal(server, cli, api, tmp_path):
     env.pop("TMUX", None)
     done = tmp_path / "done"
     exosuit = _script("exosuit")
-    command = f"{exosuit} device list; {exosuit} arq list --profile none; touch {done}"
+    command = (
+        f"{exosuit} device list; {exosuit} arq list --profile none; "
+        f"{exosuit} profile list --long; touch {done}"
+    )
     subprocess.run(
         ["tmux", "-S", socket, "new-session", "-d", "-x", "80", "-y", "50", command + "; sleep 60"],
         env=env,
@@ -108,7 +112,8 @@ def test_tables_fit_a_real_80_column_terminal(server, cli, api, tmp_path):
         subprocess.run(["tmux", "-S", socket, "kill-server"], timeout=30, check=False)
     lines = [line for line in screen.splitlines() if line.strip()]
     assert max(len(line) for line in lines) <= 80, screen
-    header, *rows = _rows(screen)
+    table = screen[: screen.index("No accelerator requests.")]
+    header, *rows = _rows(table)
     assert header[:3] == ["uuid", "hostname", "type"]
     assert sorted(r[0] for r in rows) == sorted(d["uuid"][:8] for d in devices), screen
     assert "No accelerator requests." in lines
@@ -137,6 +142,10 @@ def test_short_ids_are_accepted_wherever_a_uuid_is(cli, api):
     assert first in ambiguous.stderr and second in ambiguous.stderr
     assert cli.json("profile", "show", "abcdef01-1")["uuid"] == second
     assert cli.json("profile", "show", "short-0")["uuid"] == first  # names still work
+    # Every list's table shows the short id (the whole one with --long or -f json).
+    table = cli.run("profile", "list", "--name", "short-0").stdout
+    assert f"| {first[:8]} |" in table and first not in table
+    assert first in cli.run("profile", "list", "--name", "short-0", "--long").stdout
 
 
 def test_empty_lists_say_so_in_a_table_and_stay_empty_in_json(cli):
