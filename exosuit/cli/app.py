@@ -39,9 +39,12 @@ from exosuit.cli.progress import colour
 __all__ = ["COMMANDS", "ExosuitApp", "main"]
 
 COMMANDS: dict[str, type[Command]] = {
+    "arq bind": arqs.ArqBind,
+    "arq create": arqs.ArqCreate,
     "arq delete": arqs.ArqDelete,
     "arq list": arqs.ArqList,
     "arq show": arqs.ArqShow,
+    "arq unbind": arqs.ArqUnbind,
     "audit list": audit.AuditList,
     "audit show": audit.AuditShow,
     "claim create": claims.ClaimCreate,
@@ -54,7 +57,9 @@ COMMANDS: dict[str, type[Command]] = {
     "deployable program-status": deployables.DeployableProgramStatus,
     "deployable show": deployables.DeployableShow,
     "device delete": devices.DeviceDelete,
+    "device disable": devices.DeviceDisable,
     "device drain": devices.DeviceDrain,
+    "device enable": devices.DeviceEnable,
     "device health": devices.DeviceHealth,
     "device inactive": devices.DeviceInactive,
     "device list": devices.DeviceList,

@@ -21,6 +21,7 @@ class AuditList(ListCommand):
     needs = "2.9"
     path = "/v2/audit_events"
     key = "audit_events"
+    nothing = "No audit events."
     columns = ("id", "time", "actor", "action", "object_type", "object_uuid", "host")
     long_columns = ("user_id", "project_id", "request_id", "before", "after")
     sort_keys = ("id", "created_at")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeAlias
@@ -21,7 +22,7 @@ from cliff import columns as cliff_columns
 from cliff.lister import Lister
 from cliff.show import ShowOne
 
-from exosuit.cli.client import ApiClient
+from exosuit.cli.client import ApiClient, CLIError
 
 # What a list command's take_action gives cliff's Lister: the column names, then a row
 # of cells for each item.
@@ -32,11 +33,20 @@ Shown: TypeAlias = tuple[Sequence[str], Sequence[Any]]
 __all__ = [
     "ApiCommand",
     "Filter",
+    "ARQ",
+    "CLAIM",
+    "DEPLOYABLE",
+    "DEVICE",
+    "IMAGE",
+    "PROFILE",
+    "SHORT_ID",
     "ListCommand",
     "Listed",
+    "Noun",
     "ShowCommand",
     "Shown",
     "cells",
+    "human",
     "segment",
     "show_item",
 ]
@@ -78,10 +88,47 @@ def _scalar(value: Any) -> str:
     return str(value)
 
 
-def cell(value: Any, formatter: str) -> Any:
-    """One value as the output format ``formatter`` wants it."""
+# An API timestamp (ISO 8601, seconds, UTC offset), shown in a table as
+# ``YYYY-MM-DD HH:MM:SS`` (UTC): 19 characters; squeezed, it wraps at the space only.
+_TIMESTAMP = re.compile(r"^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})(?:\.\d+)?(?:Z|[+-]00:00)$")
+_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def human_bytes(number: float) -> str:
+    """``1536`` → ``1.5 KiB``; whole numbers of bytes below 1 KiB as ``512 B``."""
+    value = float(number)
+    for unit in _BINARY_UNITS:
+        if abs(value) < 1024 or unit == _BINARY_UNITS[-1]:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def human(name: str | None, value: Any) -> Any:
+    """A value for a person, in a table: bytes (a field named ``size`` or ``…_bytes``)
+    in KiB/MiB/GiB, ``…_percent`` with a %, timestamps ``YYYY-MM-DD HH:MM:SS`` (UTC,
+    no offset); a dict's values likewise, by their keys. JSON, YAML, value and csv keep
+    the API's values."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {k: human(k, v) for k, v in value.items()}
+    if isinstance(value, int | float) and name:
+        if name == "size" or name.endswith("_bytes"):
+            return human_bytes(value)
+        if name.endswith("_percent"):
+            return f"{value:g}%"
+    if isinstance(value, str) and (match := _TIMESTAMP.match(value)):
+        return f"{match[1]} {match[2]}"
+    return value
+
+
+def cell(value: Any, formatter: str, name: str | None = None) -> Any:
+    """One value as the output format ``formatter`` wants it (a table's: ``human``)."""
     if formatter in MACHINE_FORMATS:
         return value
+    if formatter == "table":
+        value = human(name, value)
     if isinstance(value, dict | list):
         if formatter in TEXT_FORMATS:
             return json.dumps(value, separators=(",", ":"))
@@ -90,7 +137,7 @@ def cell(value: Any, formatter: str) -> Any:
 
 
 def cells(item: dict[str, Any], names: Sequence[str], formatter: str) -> tuple[Any, ...]:
-    return tuple(cell(item.get(name), formatter) for name in names)
+    return tuple(cell(item.get(name), formatter, name) for name in names)
 
 
 def show_item(item: dict[str, Any], formatter: str) -> tuple[tuple[str, ...], tuple[Any, ...]]:
@@ -99,12 +146,54 @@ def show_item(item: dict[str, Any], formatter: str) -> tuple[tuple[str, ...], tu
     return names, cells(item, names, formatter)
 
 
+@dataclasses.dataclass(frozen=True)
+class Noun:
+    """What a UUID argument names: ``what`` in messages, the list (``path``, ``key``)
+    a short id is looked up in, and whether a name is accepted too (``by_name``)."""
+
+    what: str
+    path: str
+    key: str
+    by_name: bool = False
+    needs: str = "2.0"
+
+
+DEVICE = Noun("device", "/v2/devices", "devices")
+DEPLOYABLE = Noun("deployable", "/v2/deployables", "deployables")
+ARQ = Noun("accelerator request", "/v2/accelerator_requests", "arqs")
+CLAIM = Noun("claim", "/v2/claims", "claims", needs="2.8")
+IMAGE = Noun("image", "/v2/images", "images", by_name=True, needs="2.6")
+PROFILE = Noun("device profile", "/v2/device_profiles", "device_profiles", by_name=True)
+
+# A whole UUID (with or without its dashes), and what may be the start of one.
+_UUID = re.compile(r"^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$", re.I)
+_UUID_START = re.compile(r"^[0-9a-f][0-9a-f-]*$", re.I)
+SHORT_ID = 8  # the fewest hex digits of a short id (what the dashboard shows)
+
+
 class ApiCommand:
-    """A command that talks to the API. ``needs``: the microversion it requires."""
+    """A command that talks to the API. ``needs``: the microversion it requires.
+
+    Its output (a Lister's or a ShowOne's): ``-c`` columns in the order given, and
+    ``nothing`` (``No devices.``) for an empty list in a table."""
 
     app: Any
     cmd_name: str | None
     needs = "2.0"
+    nothing = "Nothing."
+    # The arguments (their dest) that name an object by UUID: a short id of each is
+    # resolved (``resolve``) before the command runs.
+    ids: dict[str, Noun] = {}
+
+    def run(self, parsed_args: argparse.Namespace) -> int:
+        for dest, noun in self.ids.items():
+            value = getattr(parsed_args, dest, None)
+            if isinstance(value, list):
+                setattr(parsed_args, dest, self.resolve_all(value, noun))
+            elif isinstance(value, str):
+                setattr(parsed_args, dest, self.resolve(value, noun))
+        code: int = super().run(parsed_args)  # type: ignore[misc]
+        return code
 
     @property
     def api(self) -> ApiClient:
@@ -112,6 +201,69 @@ class ApiCommand:
         if self.needs != "2.0":
             api.require(self.needs, f"`exosuit {self.cmd_name}`")
         return api
+
+    def resolve(self, value: str, noun: Noun) -> str:
+        """The UUID a UUID argument names: itself when whole, else the one item of
+        ``noun`` whose UUID starts with it (at least 8 hex digits; dashes optional).
+        A name (a noun ``by_name``), or what cannot start a UUID, is left to the API."""
+        if _UUID.match(value) or not _UUID_START.match(value):
+            return value
+        digits = value.replace("-", "").lower()
+        if len(digits) < SHORT_ID:
+            if noun.by_name:
+                return value
+            raise CLIError(
+                f"{value}: a short id needs at least {SHORT_ID} hex digits of the "
+                f"{noun.what}'s UUID (a UUID or its first {SHORT_ID} characters)"
+            )
+        if noun.needs != "2.0" and not self.api.supports(noun.needs):
+            return value
+        cache: dict[str, list[dict[str, Any]]] = self.__dict__.setdefault("_listed", {})
+        if noun.path not in cache:
+            cache[noun.path] = self.api.list(noun.path, noun.key)
+        if noun.by_name and any(item.get("name") == value for item in cache[noun.path]):
+            return value
+        matches = [
+            item["uuid"]
+            for item in cache[noun.path]
+            if str(item.get("uuid", "")).replace("-", "").lower().startswith(digits)
+        ]
+        if len(matches) == 1:
+            return str(matches[0])
+        if noun.by_name and not matches:
+            return value
+        if not matches:
+            raise CLIError(f"no {noun.what} has a UUID starting with {value}")
+        raise CLIError(
+            f"{value} is ambiguous: {len(matches)} {noun.what}s' UUIDs start with it "
+            f"({', '.join(sorted(matches))}); give more characters"
+        )
+
+    def resolve_all(self, values: Sequence[str], noun: Noun) -> list[str]:
+        """``resolve`` of each (one list request for all the short ones)."""
+        return [self.resolve(v, noun) for v in values]
+
+    def produce_output(
+        self, parsed_args: argparse.Namespace, column_names: Sequence[str], data: Any
+    ) -> int:
+        names = list(column_names)
+        wanted = [c for c in getattr(parsed_args, "columns", None) or () if c in names]
+        if wanted:
+            # -c in the order given (cliff keeps its own order); the rest as cliff does.
+            order = wanted + [c for c in names if c not in wanted]
+            index = [names.index(c) for c in order]
+            if isinstance(self, Lister):
+                data = [[row[i] for i in index] for row in data]
+            else:
+                data = [data[i] for i in index]
+            names = order
+        if isinstance(self, Lister):
+            data = list(data)
+            if not data and parsed_args.formatter == "table":
+                self.app.stdout.write(f"{self.nothing}\n")
+                return 0
+        code: int = super().produce_output(parsed_args, names, data)  # type: ignore[misc]
+        return code
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +359,19 @@ class ListCommand(ApiCommand, Lister):
             limit=parsed_args.limit,
             keep=self.keep(parsed_args),
         )
+        if parsed_args.formatter == "table":
+            wide = bool(getattr(parsed_args, "long", False))
+            items = [self.table_item(item, wide) for item in items]
         return names, [cells(item, names, parsed_args.formatter) for item in items]
+
+    def table_item(self, item: dict[str, Any], long: bool) -> dict[str, Any]:
+        """An item as a table row shows it (``long``: --long given): its ``uuid`` as a
+        short id (its first 8 characters, accepted by every command) unless --long, so
+        that a table fits 80 columns; JSON, YAML, value and csv show the API's item."""
+        uuid = item.get("uuid")
+        if long or not isinstance(uuid, str):
+            return item
+        return {**item, "uuid": uuid[:SHORT_ID]}
 
 
 class ShowCommand(ApiCommand, ShowOne):

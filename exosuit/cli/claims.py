@@ -10,6 +10,7 @@ from typing import Any
 from cliff.lister import Lister
 
 from exosuit.cli.base import (
+    CLAIM,
     ApiCommand,
     Filter,
     ListCommand,
@@ -229,6 +230,7 @@ class ClaimList(ListCommand):
     needs = NEEDS
     path = "/v2/claims"
     key = "claims"
+    nothing = "No claims."
     columns = ("uuid", "state", "hostname", "consumer", "device_profile_name", "expires_at")
     long_columns = (
         "project_id",
@@ -251,6 +253,8 @@ class ClaimList(ListCommand):
 
 class _OneClaim(ShowCommand):
     needs = NEEDS
+
+    ids = {"uuid": CLAIM}
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -294,6 +298,8 @@ class ClaimRelease(ApiCommand, Lister):
     is now."""
 
     needs = NEEDS
+
+    ids = {"uuids": CLAIM}
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)

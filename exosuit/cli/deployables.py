@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from exosuit.cli.base import ListCommand, ShowCommand, segment
+from exosuit.cli.base import DEPLOYABLE, IMAGE, ListCommand, ShowCommand, segment
 from exosuit.cli.client import CLIError
 from exosuit.cli.images import get_image
 from exosuit.cli.progress import Progress, WaitTimeout, colour, wait
@@ -24,6 +24,7 @@ class DeployableList(ListCommand):
 
     path = "/v2/deployables"
     key = "deployables"
+    nothing = "No deployables."
     columns = ("uuid", "name", "num_accelerators", "driver_name", "rp_uuid")
     long_columns = (
         "device_id",
@@ -39,6 +40,8 @@ class DeployableList(ListCommand):
 
 class DeployableShow(ShowCommand):
     """Show one deployable, every field."""
+
+    ids = {"uuid": DEPLOYABLE}
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -61,6 +64,8 @@ class DeployableProgramStatus(ShowCommand):
 
     needs = PROGRAMS
 
+    ids = {"uuid": DEPLOYABLE}
+
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("uuid", metavar="DEPLOYABLE", help="The deployable's UUID.")
@@ -82,6 +87,8 @@ class DeployableProgram(ShowCommand):
 
     needs = PROGRAMS
     exit_code = 0
+
+    ids = {"uuid": DEPLOYABLE, "image": IMAGE}
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)

@@ -1,5 +1,6 @@
-"""``exosuit device list|show|ready|inactive|drain|undrain|health|set|unset|delete``: the
-physical cards of every host (``/v2/devices``), marking them ready or inactive (API 2.7),
+"""``exosuit device list|show|enable|disable|ready|inactive|drain|undrain|health|set|unset|
+delete``: the physical cards of every host (``/v2/devices``), enabling and disabling
+them, marking them ready or inactive (API 2.7),
 draining them for maintenance and their health (API 2.9), their labels and deleting a
 lost one (API 2.10; doc/devices.md)."""
 
@@ -14,6 +15,7 @@ from cliff.lister import Lister
 from cliff.show import ShowOne
 
 from exosuit.cli.base import (
+    DEVICE,
     ApiCommand,
     Filter,
     ListCommand,
@@ -28,6 +30,8 @@ from exosuit.cli.waiting import add_wait_options, wait_for
 
 __all__ = [
     "DeviceDelete",
+    "DeviceDisable",
+    "DeviceEnable",
     "DeviceDrain",
     "DeviceHealth",
     "DeviceInactive",
@@ -45,11 +49,17 @@ class DeviceList(ListCommand):
 
     path = "/v2/devices"
     key = "devices"
-    # activation (2.7) took vendor's place: the table still fits 80 columns.
-    columns = ("uuid", "hostname", "type", "model", "status", "presence", "activation")
-    # labels (2.10) first of the long ones: -c labels (or --long) shows them; an eighth
-    # column would no longer fit 80 columns.
+    nothing = "No devices."
+    # Whether a device is free to use at a glance (2.9): its health (held: kept from
+    # every offer), its maintenance (drain, or disabled) and its activation. In a
+    # table the UUID is its first 8 characters (a short id every command accepts; the
+    # whole one with --long or -f json) and the table fits 80 columns.
+    columns = ("uuid", "hostname", "type", "health", "maintenance", "activation")
+    # labels (2.10) first of the long ones: -c labels (or --long) shows them.
     long_columns = (
+        "model",
+        "status",
+        "presence",
         "labels",
         "vendor",
         "status_reason",
@@ -66,9 +76,7 @@ class DeviceList(ListCommand):
         "services",
         "usage",
         "usage_seen_at",
-        "maintenance",
         "holders",
-        "health",
         "created_at",
         "updated_at",
     )
@@ -103,6 +111,13 @@ class DeviceList(ListCommand):
         )
         return parser
 
+    def table_item(self, item: dict[str, Any], long: bool) -> dict[str, Any]:
+        return {
+            **super().table_item(item, long),
+            "health": health_text(item.get("health")),
+            "maintenance": maintenance_text(item),
+        }
+
     def params(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
         params: dict[str, Any] = super().params(parsed_args)
         if parsed_args.label:
@@ -111,8 +126,32 @@ class DeviceList(ListCommand):
         return params
 
 
+def health_text(health: dict[str, Any] | None) -> str | None:
+    """``ok``, ``warning`` or ``unhealthy``, and ``held`` while kept from every offer
+    (by its agent until it recovers, or by an operator): ``unhealthy held``."""
+    if not health:
+        return None
+    held = " held" if health.get("offered") is False else ""
+    return f"{health.get('state') or '?'}{held}"
+
+
+def maintenance_text(device: dict[str, Any]) -> str | None:
+    """``draining`` or ``drained`` (2.9: a device in maintenance, drained or disabled),
+    else ``disabled`` (before 2.9), else ``lost`` (gone from its host's report), else
+    nothing: a device takes new work only when this is empty."""
+    if device.get("maintenance"):
+        return str(device["maintenance"])
+    if device.get("status") == "maintaining":
+        return "disabled"
+    if device.get("presence") == "lost":
+        return "lost"
+    return None
+
+
 class DeviceShow(ShowCommand):
     """Show one device, every field."""
+
+    ids = {"uuid": DEVICE}
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -134,6 +173,8 @@ class _Activate(ApiCommand, Lister):
     needs = "2.7"
     state: str
     exit_code = 0
+
+    ids = {"uuids": DEVICE}
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -237,6 +278,47 @@ class DeviceInactive(_Activate):
     state = "inactive"
 
 
+# -- enable and disable ------------------------------------------------------------------------
+
+STATUS_COLUMNS = ("uuid", "hostname", "status", "maintenance", "activation")
+
+
+class _Status(ApiCommand, ShowOne):
+    """Enable or disable a device."""
+
+    ids = {"uuid": DEVICE}
+    action: str
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("uuid", metavar="DEVICE", help="The device's UUID.")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> Shown:
+        path = f"/v2/devices/{segment(parsed_args.uuid)}"
+        self.api.post(f"{path}/{self.action}", None)
+        device = self.api.get(path)
+        return STATUS_COLUMNS, cells(device, STATUS_COLUMNS, parsed_args.formatter)
+
+
+class DeviceEnable(_Status):
+    """Enable a device: it takes new binds and claims again (admin).
+
+    Its status becomes enabled (a drain ends too: see `device undrain`). Shown: the
+    device's status after."""
+
+    action = "enable"
+
+
+class DeviceDisable(_Status):
+    """Disable a device: it takes no new binds or claims (admin).
+
+    Its status becomes maintaining (reserved in Placement); what holds it keeps it. To
+    wait until nothing holds it, use `device drain --wait`."""
+
+    action = "disable"
+
+
 # -- drain (API 2.9) ---------------------------------------------------------------------------
 
 
@@ -292,6 +374,8 @@ DRAIN_COLUMNS = ("uuid", "hostname", "status", "maintenance", "holders")
 
 
 class _DrainDevice(DrainCommand, ShowOne):
+    ids = {"uuid": DEVICE}
+
     argument = ("uuid", "DEVICE", "The device's UUID.")
     waits_for = "the device"
 
@@ -372,6 +456,9 @@ class DeviceHealth(ApiCommand, Lister):
 
     needs = "2.9"
 
+    ids = {"uuid": DEVICE}
+    nothing = "No devices."
+
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("uuid", metavar="DEVICE", nargs="?", help="The device's UUID.")
@@ -420,6 +507,8 @@ class _Labels(ApiCommand, Lister):
     needs = "2.10"
     metavar: str
     text: str
+
+    ids = {"uuids": DEVICE}
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -486,6 +575,8 @@ class DeviceDelete(ApiCommand, Lister):
     request still holds, is refused (the holders named). Shows what was deleted."""
 
     needs = "2.10"
+
+    ids = {"uuid": DEVICE}
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)

@@ -26,6 +26,7 @@ class DriverList(ListCommand):
     needs = "2.7"
     path = "/v2/drivers"
     key = "drivers"
+    nothing = "No drivers."
     columns = ("hostname", "name", "version", "enabled", "found", "error", "desired", "observed")
     long_columns = ("config_digest", "reported_at", "id")
     sort_keys = ("hostname", "name")

@@ -22,6 +22,7 @@ class HostList(ListCommand):
     needs = "2.5"
     path = "/v2/hosts"
     key = "hosts"
+    nothing = "No hosts."
     columns = (
         "hostname",
         "last_report_at",

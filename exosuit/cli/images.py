@@ -14,7 +14,16 @@ from typing import Any, BinaryIO, TextIO
 
 from cliff.lister import Lister
 
-from exosuit.cli.base import ApiCommand, Filter, ListCommand, Listed, ShowCommand, cells, segment
+from exosuit.cli.base import (
+    IMAGE,
+    ApiCommand,
+    Filter,
+    ListCommand,
+    Listed,
+    ShowCommand,
+    cells,
+    segment,
+)
 from exosuit.cli.client import ApiClient, ApiError, CLIError
 from exosuit.cli.progress import Progress
 
@@ -55,6 +64,7 @@ class ImageList(ListCommand):
     needs = NEEDS
     path = "/v2/images"
     key = "images"
+    nothing = "No images."
     columns = ("uuid", "name", "format", "status", "size", "visibility", "function_id")
     long_columns = (
         "owner",
@@ -83,6 +93,8 @@ class ImageShow(ShowCommand):
 
     needs = NEEDS
 
+    ids = {"image": IMAGE}
+
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("image", metavar="IMAGE", help="The image's name or UUID.")
@@ -98,6 +110,8 @@ class ImageDelete(ApiCommand, Lister):
     Shows what was deleted; an image a program is loading is refused."""
 
     needs = NEEDS
+
+    ids = {"image": IMAGE}
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)

@@ -22,6 +22,7 @@ class JobList(ListCommand):
     needs = "2.5"
     path = "/v2/jobs"
     key = "jobs"
+    nothing = "No jobs."
     columns = ("id", "kind", "key", "state", "attempts", "run_after", "last_error")
     long_columns = ("lease_expires_at", "worker", "payload", "created_at", "updated_at")
     sort_keys = ("id", "run_after", "created_at", "updated_at")

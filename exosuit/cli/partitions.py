@@ -9,7 +9,7 @@ from typing import Any
 
 from cliff.show import ShowOne
 
-from exosuit.cli.base import ApiCommand, Shown, cells, segment
+from exosuit.cli.base import DEVICE, ApiCommand, Shown, cells, segment
 from exosuit.cli.waiting import add_wait_options, wait_for
 
 __all__ = ["PartitionSet", "PartitionShow", "layout_from", "slices_text"]
@@ -64,6 +64,8 @@ class PartitionShow(ApiCommand, ShowOne):
 
     needs = "2.9"
 
+    ids = {"uuid": DEVICE}
+
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument("uuid", metavar="DEVICE", help="The device's UUID.")
@@ -85,6 +87,8 @@ class PartitionSet(ApiCommand, ShowOne):
 
     needs = "2.9"
     exit_code = 0
+
+    ids = {"uuid": DEVICE}
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)

@@ -10,6 +10,7 @@ from typing import Any
 from cliff.lister import Lister
 
 from exosuit.cli.base import (
+    PROFILE,
     ApiCommand,
     Filter,
     ListCommand,
@@ -47,6 +48,7 @@ class ProfileList(ListCommand):
 
     path = "/v2/device_profiles"
     key = "device_profiles"
+    nothing = "No device profiles."
     columns = ("uuid", "name", "groups", "description")
     long_columns = ("created_at", "updated_at")
     sort_keys = ("created_at", "uuid", "name")
@@ -57,6 +59,8 @@ class ProfileList(ListCommand):
 
 class ProfileShow(ShowCommand):
     """Show one device profile (by name or UUID), every field."""
+
+    ids = {"profile": PROFILE}
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -113,6 +117,8 @@ class ProfileDelete(ApiCommand, Lister):
 
     One request for all of them: all are deleted, or none if one is missing or in
     use. Shows what was deleted."""
+
+    ids = {"profiles": PROFILE}
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)

@@ -43,8 +43,10 @@ class Progress:
         self.terminal = _is_terminal(stream)
         self._last = ""
         self._frame = 0
+        self.shown = False  # whether a status was shown at all
 
     def show(self, text: str) -> None:
+        self.shown = True
         if self.terminal:
             self._frame = (self._frame + 1) % len(_SPINNER)
             self.stream.write(f"\r\033[K{_SPINNER[self._frame]} {text}")
@@ -74,7 +76,9 @@ def wait(
 ) -> Any:
     """Call ``poll`` every ``interval`` seconds until ``done(result)``; show
     ``describe(result)`` meanwhile. Returns the last result; WaitTimeout after
-    ``timeout`` seconds. Ctrl-C (KeyboardInterrupt) goes to the caller, line cleared."""
+    ``timeout`` seconds. Ctrl-C (KeyboardInterrupt) goes to the caller, line cleared.
+    Off a terminal (a pipe, a log), one line per change and a last one for the state it
+    ended in."""
     began = time.monotonic()
     current = poll() if first is None else first
     try:
@@ -95,6 +99,9 @@ def wait(
                     break
                 time.sleep(min(remaining, _FRAME_SECONDS if progress.terminal else remaining))
             current = poll()
+        # Off a terminal the lines stay: the last one says where it ended.
+        if not progress.terminal and progress.shown:
+            progress.show(describe(current))
     finally:
         progress.clear()
     return current

@@ -17,6 +17,7 @@ class ServiceList(ListCommand):
     needs = "2.7"
     path = "/v2/services"
     key = "services"
+    nothing = "No services."
     columns = ("hostname", "device_uuid", "device_type", "kind", "name", "enabled", "details")
     long_columns = ("id", "driver_name", "activation")
     sort_keys = ("id", "kind", "name")

@@ -110,11 +110,18 @@ def test_column_option_and_value_format(cli, api):
     assert reason.stdout == "\n"
 
 
+def _text(value) -> str:
+    """A value as csv shows it: nested ones as compact JSON, None as nothing."""
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return "" if value is None else str(value)
+
+
 def test_csv_and_yaml_formats(cli, api):
     devices = api.list("/v2/devices", "devices", CLIENT_MAX_VERSION)
 
     rows = list(csv.DictReader(io.StringIO(cli.run("device", "list", "-f", "csv").stdout)))
-    assert rows == [{k: str(v) for k, v in d.items()} for d in pick(devices, DeviceList.columns)]
+    assert rows == [{k: _text(v) for k, v in d.items()} for d in pick(devices, DeviceList.columns)]
     assert yaml.safe_load(cli.run("device", "list", "-f", "yaml").stdout) == pick(
         devices, DeviceList.columns
     )
@@ -132,11 +139,15 @@ def test_nested_values_are_structured_in_json_and_compact_json_in_value(cli, api
 
 
 def test_table_is_the_default_and_fits_the_width_given(cli, api):
-    wide = cli.run("device", "list").stdout.splitlines()
-    assert wide[0].startswith("+") and wide[1].startswith("| uuid ")
+    default = cli.run("device", "list").stdout.splitlines()
+    assert default[0].startswith("+") and default[1].startswith("| uuid ")
+    assert max(len(line) for line in default) <= 80  # short ids: 80 columns, not wrapped
+    # --long: whole UUIDs; these columns are wider than 80 together.
+    columns = ("--long", "-c", "uuid", "-c", "hostname", "-c", "model", "-c", "pci_address")
+    wide = cli.run("device", "list", *columns).stdout.splitlines()
     assert max(len(line) for line in wide) > 80
 
-    narrow = cli.run("device", "list", "--max-width", "80").stdout.splitlines()
+    narrow = cli.run("device", "list", *columns, "--max-width", "80").stdout.splitlines()
 
     assert max(len(line) for line in narrow) <= 80
     # Wrapped, not cut: every UUID is still there, over several lines.

@@ -28,9 +28,9 @@ def test_labels_are_set_shown_selected_and_removed(cli, api):
     assert shown["labels"] == {"rack": "a1", "zone": "z"}
     listed = {d["uuid"]: d["labels"] for d in cli.json("device", "list", "--long")}
     assert listed[first] == listed[second] == {"rack": "a1", "zone": "z"}
-    # The table shows them as key=value.
+    # The table shows them as key=value (and the device by its short id).
     table = cli.run("device", "list", "-c", "uuid", "-c", "labels").stdout
-    assert f"| {first} | rack=a1, zone=z |" in table
+    assert f"| {first[:8]} | rack=a1, zone=z |" in table
 
     (row,) = cli.json("device", "unset", "--label", "zone", second)
     assert (row["uuid"], row["labels"], row["outcome"]) == (second, {"rack": "a1"}, "changed")

@@ -103,7 +103,9 @@ CASES = [
         "exosuit device ",
         [
             "delete",
+            "disable",
             "drain",
+            "enable",
             "health",
             "inactive",
             "list",
@@ -115,6 +117,7 @@ CASES = [
         ],
     ),
     ("exosuit claim ", ["create", "list", "release", "renew", "show"]),
+    ("exosuit arq ", ["bind", "create", "delete", "list", "show", "unbind"]),
     ("exosuit partition ", ["set", "show"]),
     ("exosuit server ", ["attach", "detach"]),
     ("exosuit audit ", ["list", "show"]),
