@@ -103,17 +103,17 @@ def database_size(db_url: str) -> dict:
     ``bytes``, the tables' size with their indexes and TOAST (PostgreSQL:
     ``pg_total_relation_size``; MariaDB and Galera: ``data_length + index_length`` of
     ``information_schema.tables`` after ``ANALYZE TABLE``, InnoDB pages in use, on the
-    node the URL names); None on SQLite."""
+    node the URL names; None on SQLite)."""
     url = sa.make_url(db_url)
-    if url.get_backend_name() == "sqlite":
-        return {"bytes": None, "rows": {}}
     engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
             tables = sorted(sa.inspect(conn).get_table_names())
             count = sa.select(sa.func.count())
             rows = {t: conn.scalar(count.select_from(sa.table(t))) for t in tables}
-            if url.get_backend_name() == "postgresql":
+            if url.get_backend_name() == "sqlite":
+                size = None
+            elif url.get_backend_name() == "postgresql":
                 size = conn.exec_driver_sql(
                     "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c JOIN "
                     "pg_namespace n ON n.oid = c.relnamespace "
@@ -128,7 +128,7 @@ def database_size(db_url: str) -> dict:
                 ).scalar()
     finally:
         engine.dispose()
-    return {"bytes": int(size or 0), "rows": rows}
+    return {"bytes": None if size is None else int(size), "rows": rows}
 
 
 def database_growth(empty: dict, full: dict, hosts: int) -> dict:
