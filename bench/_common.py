@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 import uuid
 
@@ -36,9 +37,14 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def fresh_database(backend: str, workdir: str):
-    """A new empty database URL on ``backend``; dropped afterwards."""
+    """A new empty database URL on ``backend``; dropped afterwards (``galera``:
+    ``galera_database``)."""
     if backend == "sqlite":
         yield f"sqlite:///{workdir}/bench.sqlite"
+        return
+    if backend == "galera":
+        with galera_database(workdir) as url:
+            yield url
         return
     admin = sa.make_url(ADMIN_URLS[backend])
     name = f"exosuit_bench_{uuid.uuid4().hex[:8]}"
@@ -52,6 +58,95 @@ def fresh_database(backend: str, workdir: str):
             force = " WITH (FORCE)" if backend == "postgresql" else ""
             conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}{force}")
         engine.dispose()
+
+
+@contextlib.contextmanager
+def galera_database(workdir: str):
+    """A new empty database on a MariaDB Galera cluster; yields node 1's URL, its reads
+    waiting for the cluster's last commit (``wsrep_sync_wait = 1``, as
+    doc/deploy-galera.md says to run behind a load balancer). The cluster is the one whose
+    node ``EXOSUIT_BENCH_GALERA_URL`` names (an admin URL, e.g.
+    ``mysql+pymysql://root@127.0.0.1:PORT/``), or else a private 3-node cluster started
+    in ``workdir`` by bench/galera.py and stopped afterwards. The database is dropped."""
+    from bench.galera import GaleraCluster, galera_missing
+
+    name = f"exosuit_bench_{uuid.uuid4().hex[:8]}"
+    sync_wait = "?init_command=" + urllib.parse.quote("SET SESSION wsrep_sync_wait = 1")
+    running = os.environ.get("EXOSUIT_BENCH_GALERA_URL")
+    if running:
+        admin = sa.make_url(running)
+        engine = sa.create_engine(admin, isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f"CREATE DATABASE {name}")
+        try:
+            yield admin.set(database=name).render_as_string(hide_password=False) + sync_wait
+        finally:
+            with engine.connect() as conn:
+                conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+            engine.dispose()
+        return
+    missing = galera_missing()
+    if missing:
+        raise RuntimeError(f"no Galera cluster can start here: {missing}")
+    print("starting a private 3-node Galera cluster (bench/galera.py) …", file=sys.stderr)
+    cluster = GaleraCluster(workdir)
+    try:
+        cluster.start()
+        urls = cluster.create_database(name)
+        yield urls[0] + sync_wait
+    finally:
+        cluster.stop()
+
+
+def database_size(db_url: str) -> dict:
+    """What the database at ``db_url`` holds: ``rows`` of each table (exact counts) and
+    ``bytes``, the tables' size with their indexes and TOAST (PostgreSQL:
+    ``pg_total_relation_size``; MariaDB and Galera: ``data_length + index_length`` of
+    ``information_schema.tables`` after ``ANALYZE TABLE``, InnoDB pages in use, on the
+    node the URL names; None on SQLite)."""
+    url = sa.make_url(db_url)
+    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            tables = sorted(sa.inspect(conn).get_table_names())
+            count = sa.select(sa.func.count())
+            rows = {t: conn.scalar(count.select_from(sa.table(t))) for t in tables}
+            if url.get_backend_name() == "sqlite":
+                size = None
+            elif url.get_backend_name() == "postgresql":
+                size = conn.exec_driver_sql(
+                    "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c JOIN "
+                    "pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE c.relkind = 'r' AND n.nspname = current_schema()"
+                ).scalar()
+            else:
+                for table in tables:
+                    conn.exec_driver_sql(f"ANALYZE TABLE {table}").all()
+                size = conn.exec_driver_sql(
+                    "SELECT sum(data_length + index_length) FROM information_schema.tables "
+                    "WHERE table_schema = DATABASE()"
+                ).scalar()
+    finally:
+        engine.dispose()
+    return {"bytes": None if size is None else int(size), "rows": rows}
+
+
+def database_growth(empty: dict, full: dict, hosts: int) -> dict:
+    """What ``hosts`` added to the database between two ``database_size`` readings:
+    bytes (tables and indexes) and rows of each table that grew, in all and per host."""
+    grown = {
+        table: count - empty["rows"].get(table, 0)
+        for table, count in full["rows"].items()
+        if count != empty["rows"].get(table, 0)
+    }
+    added = None if full["bytes"] is None else full["bytes"] - empty["bytes"]
+    return {
+        "bytes": full["bytes"],
+        "bytes_added": added,
+        "bytes_per_host": None if added is None else round(added / hosts),
+        "rows_added": grown,
+        "rows_per_host": {table: round(n / hosts, 2) for table, n in grown.items()},
+    }
 
 
 @contextlib.contextmanager
@@ -413,7 +508,12 @@ class PlacementProcess:
 # --- what a phase costs: CPU of the API, of the database server, of the machine ---------
 
 _TICK = os.sysconf("SC_CLK_TCK")
-_DB_PROCESSES = {"mariadb": ("mariadbd", "mysqld"), "postgresql": ("postgres",)}
+# Galera: the three nodes of a cluster on this machine (and any other mariadbd here).
+_DB_PROCESSES = {
+    "mariadb": ("mariadbd", "mysqld"),
+    "galera": ("mariadbd", "mysqld"),
+    "postgresql": ("postgres",),
+}
 
 
 def process_cpu(pid: int) -> float:

@@ -1,14 +1,15 @@
 """Benchmark exosuit-api: real gunicorn workers, a real database, a lean keep-alive client.
 
-    .venv/bin/python bench/api.py --db {sqlite,postgresql,mariadb} [--workers N]
+    .venv/bin/python bench/api.py --db {sqlite,postgresql,mariadb,galera} [--workers N]
         [--threads T] [--duration S] [--concurrency 1,8] [--scenarios ...] [--json PATH]
 
 Figures and the machine they were measured on: doc/benchmarks.md.
 
 What it does, in order:
 
-1. creates a fresh database (a SQLite file in a temporary folder, or a new database
-   on the local PostgreSQL / MariaDB server) and runs ``exosuit-manage db upgrade``;
+1. creates a fresh database (a SQLite file in a temporary folder, a new database
+   on the local PostgreSQL / MariaDB server, or on a private 3-node Galera cluster
+   that it starts: bench/galera.py) and runs ``exosuit-manage db upgrade``;
 2. starts ``exosuit-api`` (gunicorn gthread workers, noauth) on a free loopback port;
 3. seeds one host through the agent API: 10 fake FPGAs with 16 attach handles each,
    so ``GET /v2/deployables`` returns exactly 10 deployables;
@@ -56,6 +57,7 @@ import uuid
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench._common import database_growth, database_size  # noqa: E402
 from tests.helpers.inventory import fpga, snapshot  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
@@ -293,7 +295,12 @@ def _api_cpu(master: int) -> dict[int, tuple[float, float]]:
     return {pid: _process_cpu(pid) for pid in [master, *_children(master)]}
 
 
-_DB_PROCESSES = {"mariadb": ("mariadbd", "mysqld"), "postgresql": ("postgres",)}
+# Galera: the three nodes of a cluster on this machine (and any other mariadbd here).
+_DB_PROCESSES = {
+    "mariadb": ("mariadbd", "mysqld"),
+    "galera": ("mariadbd", "mysqld"),
+    "postgresql": ("postgres",),
+}
 
 
 def _db_server_cpu(backend: str) -> float:
@@ -404,8 +411,15 @@ class BenchDatabase:
         self.backend = backend
         self.name = f"exosuit_bench_{os.getpid()}_{uuid.uuid4().hex[:8]}"
         self.engine = None
+        self.cluster: contextlib.ExitStack | None = None
         if backend == "sqlite":
             self.url = f"sqlite:///{workdir}/exosuit.sqlite"
+            return
+        if backend == "galera":
+            from bench._common import galera_database
+
+            self.cluster = contextlib.ExitStack()
+            self.url = self.cluster.enter_context(galera_database(workdir))
             return
         import sqlalchemy as sa
 
@@ -419,6 +433,8 @@ class BenchDatabase:
         self.url = url.render_as_string(hide_password=False)
 
     def drop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()  # the database dropped, a private cluster stopped
         if self.engine is None:
             return
         force = " WITH (FORCE)" if self.backend == "postgresql" else ""
@@ -628,9 +644,12 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--db",
-        choices=("sqlite", "postgresql", "mariadb"),
+        choices=("sqlite", "postgresql", "mariadb", "galera"),
         default="sqlite",
-        help="Database backend (default sqlite).",
+        help="Database backend (default sqlite). galera: a private 3-node MariaDB Galera "
+        "cluster started for the run (bench/galera.py), or the running one whose node "
+        "EXOSUIT_BENCH_GALERA_URL names (an admin URL); exosuit-api on node 1, reads "
+        "waiting for the cluster's last commit (wsrep_sync_wait = 1).",
     )
     parser.add_argument(
         "--mysql-driver",
@@ -710,6 +729,7 @@ def main(argv=None) -> int:
         server = Server(config, port, os.path.join(workdir, "exosuit-api.log"), args.server_command)
         server.wait_ready()
         address = ("127.0.0.1", port)
+        empty = database_size(database.url)
         rp_uuids = seed(address)
         workers = server.workers()
         threads = args.threads or _default_threads()
@@ -731,6 +751,10 @@ def main(argv=None) -> int:
                     flush=True,
                 )
         check_clean(address)
+        # What the runs left in the database (audit records, Nova's notification jobs,
+        # which no conductor runs here): rows and bytes added since the schema was made.
+        grown = database_growth(empty, database_size(database.url), 1)
+        left = {"bytes_added": grown["bytes_added"], "rows_added": grown["rows_added"]}
     finally:
         if server is not None:
             server.stop()
@@ -769,6 +793,7 @@ def main(argv=None) -> int:
             "duration": args.duration,
             "warmup": args.warmup,
             "results": results,
+            "database_added": left,
         }
         text = json.dumps(report, indent=2)
         if args.json == "-":

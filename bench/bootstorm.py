@@ -1,6 +1,12 @@
 """Boot storm: N simulated agents report their hosts at once to one exosuit-api.
 
     .venv/bin/python bench/bootstorm.py --db postgresql --hosts 10000
+    .venv/bin/python bench/bootstorm.py --db galera --hosts 1000 --no-agent
+
+``--db galera`` starts a private 3-node Galera cluster (bench/galera.py) and runs
+exosuit-api on node 1. After the storm the database's size and rows are read
+(``database_after_storm``: bytes of tables and indexes, and rows per table, added per
+host; doc/capacity.md).
 
 Phases:
 
@@ -68,6 +74,8 @@ from bench._common import (  # noqa: E402
     CpuMeter,
     api_server,
     blast,
+    database_growth,
+    database_size,
     dumps,
     encode_request,
     fresh_database,
@@ -397,7 +405,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--db", choices=["sqlite", "postgresql", "mariadb"], default="postgresql")
+    parser.add_argument(
+        "--db",
+        choices=["sqlite", "postgresql", "mariadb", "galera"],
+        default="postgresql",
+        help="galera: a private 3-node cluster (bench/galera.py; or the running one whose "
+        "node EXOSUIT_BENCH_GALERA_URL names), exosuit-api on node 1",
+    )
     parser.add_argument("--hosts", type=int, default=10000)
     parser.add_argument(
         "--shape",
@@ -510,6 +524,7 @@ def main() -> int:
         ) as (url, server),
     ):
         meter = CpuMeter(server.pid, args.db)
+        empty = database_size(db_url)
         print("storm …", file=sys.stderr)
         meter.start()
         storm = asyncio.run(_storm(url, snapshots, args.concurrency, args.jitter, held))
@@ -522,6 +537,7 @@ def main() -> int:
         devices = _count(url, "devices")
         results["devices_in_api"] = devices
         results["devices_expected"] = args.hosts * sum(shape.values())
+        results["database_after_storm"] = database_growth(empty, database_size(db_url), args.hosts)
         print("unchanged reports …", file=sys.stderr)
         meter.start()
         unchanged = asyncio.run(
