@@ -30,6 +30,8 @@ VERSIONS = [
     "2.9",  # Exosuit: running a fleet: device health, drain, partitions, audit.
     "2.10",  # Exosuit: strict queries (an unknown parameter is a 400); topology
     #          (pcie_root, iommu_group), labels, topology constraints, dry-run claims.
+    "2.11",  # Exosuit: the console's reads: the caller's permissions, devices' usage
+    #          history and the fleet's allocation history.
 ]
 
 Version = microversion_parse.Version

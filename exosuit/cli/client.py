@@ -44,7 +44,7 @@ DEFAULT_URL = "http://127.0.0.1:6666"
 SERVICE_TYPE = "accelerator"
 # The newest microversion this command line knows; it asks for
 # min(this, the server's maximum).
-CLIENT_MAX_VERSION = "2.10"
+CLIENT_MAX_VERSION = "2.11"
 TIMEOUT = 60.0
 
 Version = tuple[int, int]

@@ -11,7 +11,7 @@
 
 import * as api from "./api.js";
 import { h } from "./dom.js";
-import { notify } from "./actions.js";
+import { forgetPermissions, loadPermissions, notify } from "./actions.js";
 import fleet from "./fleet.js";
 import host from "./host.js";
 import device from "./device.js";
@@ -100,6 +100,7 @@ async function show() {
   }
   if (signingIn) return;
   try {
+    await loadPermissions();
     const data = await page.load(params);
     if (mine !== generation) return;
     const key = location.hash + JSON.stringify(data);
@@ -206,6 +207,7 @@ function signedIn() {
 
 function signOut() {
   api.session.clear();
+  forgetPermissions();
   notify("Signed out.");
   showSignIn("Signed out.");
   drawMenu(match(location.hash).page);
