@@ -157,3 +157,87 @@ export function deployableAttributes(attributesList) {
   }
   return result;
 }
+
+// -- shared by the list pages (claims, ARQs, images, drivers, audit, jobs, profiles) --
+
+// A device's health, drain and activation as three badges (presence too, once lost),
+// from a device read at 2.9 or later; "state unknown" when the caller may not read it.
+export function deviceState(device) {
+  if (!device) return h("span", { class: "muted" }, "state unknown");
+  const health = device.health || {};
+  const healthText =
+    health.state === "ok" || !health.state ? "healthy" : String(health.state);
+  const held = health.offered === false ? ` · held back by ${health.held_by || "?"}` : "";
+  const drain =
+    device.maintenance || (device.status === "enabled" ? "in service" : device.status);
+  return h(
+    "span",
+    { class: "holder device-state" },
+    badge(`${healthText}${held}`, healthText === "healthy" && !held ? "ok" : healthText === "warning" ? "warn" : "bad"),
+    badge(drain, drain === "in service" ? "ok" : "warn"),
+    badge(device.activation || "activation —", device.activation === "ready" ? "ok" : "warn"),
+    device.presence && device.presence !== "present" ? badge(device.presence) : null,
+  );
+}
+
+// A filter form whose fields are ``names`` (label → query name, with placeholders):
+// submitting it sets the page's address (``route`` + the non-empty fields), which
+// reloads the page. The same form node is returned while the address is the same, so
+// a redraw of the page (new data) keeps what is being typed.
+const filterForms = new Map();
+export function filterForm(route, params, fields) {
+  const key = `${route}?${JSON.stringify(params)}`;
+  if (filterForms.has(key)) return filterForms.get(key);
+  const inputs = fields.map(([label, name, placeholder]) =>
+    h("label", {}, h("span", {}, label, " "), h("input", { name, value: params[name] || "", placeholder: placeholder || "" })),
+  );
+  const form = h(
+    "form",
+    { class: "filters", role: "search" },
+    inputs,
+    h("button", { type: "submit", class: "action" }, "Filter"),
+    h("a", { href: `#${route}` }, "Clear"),
+  );
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const query = new URLSearchParams();
+    for (const [name, value] of new FormData(form)) {
+      if (String(value).trim()) query.set(name, String(value).trim());
+    }
+    const text = query.toString();
+    location.hash = text ? `${route}?${text}` : route;
+  });
+  filterForms.clear(); // one form is on screen at a time
+  filterForms.set(key, form);
+  return form;
+}
+
+// Links that set one query parameter ``name`` of ``route`` to each of ``values`` (and
+// "all": none), keeping the page's other parameters; the current one is marked.
+export function pills(route, params, name, values, label) {
+  const href = (value) => {
+    const query = new URLSearchParams();
+    for (const [key, current] of Object.entries(params)) {
+      if (key !== name && current) query.set(key, current);
+    }
+    if (value) query.set(name, value);
+    const text = query.toString();
+    return `#${route}${text ? `?${text}` : ""}`;
+  };
+  return h(
+    "nav",
+    { class: "filters", "aria-label": label },
+    link(href(null), "all", { "aria-current": params[name] ? false : "true" }),
+    values.map((v) => link(href(v), v, { "aria-current": params[name] === v ? "true" : false })),
+  );
+}
+
+// Text shown whole, its line breaks kept and wrapped at the box's edge (an error, a
+// payload); set through the CSSOM, which the Content-Security-Policy allows.
+export function whole(text, className = "") {
+  const element = h("pre", { class: className || false }, text);
+  element.style.whiteSpace = "pre-wrap";
+  element.style.overflowWrap = "anywhere";
+  element.style.margin = "0";
+  return element;
+}
