@@ -388,6 +388,7 @@ def test_a_manager_clicking_retry_is_refused_and_the_job_stays_failed(
     row = page.locator("tbody tr").filter(has_text=failed_job["key"])
 
     row.get_by_role("button", name="Retry").click()
+    page.get_by_role("dialog").get_by_role("button", name="Retry", exact=True).click()
 
     notice = page.locator("#notice")
     expect(notice).to_contain_text("Retry refused (HTTP 403)")
@@ -437,6 +438,7 @@ def test_an_admin_retries_a_failed_job(server, failed_job, open_page):
     row = page.locator("tbody tr").filter(has_text=failed_job["key"])
 
     row.get_by_role("button", name="Retry").click()
+    page.get_by_role("dialog").get_by_role("button", name="Retry", exact=True).click()
 
     expect(page.locator("#notice")).to_contain_text(f"Job {failed_job['id']}")
     expect(page.locator("#notice")).to_contain_text("pending again")

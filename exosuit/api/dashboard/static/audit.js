@@ -42,8 +42,13 @@ function change(e) {
     (k) => JSON.stringify(before[k]) !== JSON.stringify(after[k]),
   );
   if (!keys.length) return "—";
+  // Short values in full; a long one by its key only (the record's page has it whole).
   const text = (v) => (v === undefined ? "∅" : JSON.stringify(v));
-  return keys.map((k) => `${k}: ${text(before[k])} → ${text(after[k])}`).join("; ");
+  const shown = keys.slice(0, 4).map((k) => {
+    const pair = `${text(before[k])} → ${text(after[k])}`;
+    return pair.length <= 40 ? `${k}: ${pair}` : k;
+  });
+  return shown.join("; ") + (keys.length > 4 ? `; +${keys.length - 4} more` : "");
 }
 
 const list = {

@@ -25,7 +25,7 @@ function driversTable(drivers) {
       { title: "Devices found", cell: (d) => (d.found === null ? "—" : String(d.found)), class: "num" },
       { title: "Asked", cell: (d) => (d.desired ? h("code", { class: "wrap" }, JSON.stringify(d.desired)) : "—") },
       { title: "Seen by the agent", cell: (d) => (d.observed === null ? "—" : d.observed ? "yes" : "not yet") },
-      { title: "Error", cell: (d) => h("span", { class: "wrap error-text" }, d.error || "—") },
+      { title: "Error", cell: (d) => (d.error ? h("span", { class: "wrap error-text" }, d.error) : "—") },
       { title: "Reported", cell: (d) => time(d.reported_at) },
     ],
     drivers,

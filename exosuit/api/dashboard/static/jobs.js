@@ -47,7 +47,7 @@ export function jobsTable(jobs, empty = "No jobs.") {
       { title: "Attempts", cell: (j) => String(j.attempts), class: "num" },
       { title: "Worker", cell: (j) => j.worker || "—" },
       { title: "Run after", cell: (j) => time(j.run_after) },
-      { title: "Last error", cell: (j) => h("span", { class: "wrap error-text" }, j.last_error || "—") },
+      { title: "Last error", cell: (j) => (j.last_error ? h("span", { class: "wrap error-text" }, j.last_error) : "—") },
       { title: "Updated", cell: (j) => time(j.updated_at || j.created_at) },
       { title: "", cell: (j) => (j.state === "failed" ? retryButton(j) : "") },
     ],

@@ -1,0 +1,462 @@
+"""The console's list pages in a real browser, against a real ``exosuit serve`` (noauth).
+
+One ``exosuit serve`` for the module; its data made through the API (a device profile,
+claims with their ARQs, an image, a failed job). Each page is compared with what the API
+answers at 2.11; the audit filters narrow the list and change the page's address; the
+actions (Release, Retry, Why not here?) are clicked, confirmed in their dialog, and their
+effect read back through the API; a refusal is shown with the API's message whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+import uuid
+
+import pytest
+import requests
+from playwright.sync_api import Page, expect
+
+from exosuit.db import jobs as jobs_db
+from exosuit.db.api import Database
+from tests.helpers.serve_fixture import serving
+
+pytestmark = pytest.mark.slow
+
+VERSION = {"OpenStack-API-Version": "accelerator 2.11"}
+PROJECT = "b2" + "0" * 30
+MEMBER = {"X-User-Id": "u-member", "X-Project-Id": PROJECT, "X-Roles": "member,reader"}
+MANAGER = {"X-User-Id": "u-manager", "X-Project-Id": PROJECT, "X-Roles": "manager,member,reader"}
+READER = {"X-User-Id": "u-reader", "X-Project-Id": PROJECT, "X-Roles": "reader"}
+PROFILE = "lists-fpga"
+WAIT = 30.0
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with serving(tmp_path_factory.mktemp("lists")) as started:
+        r = api(
+            started,
+            "POST",
+            "/v2/device_profiles",
+            json=[{"name": PROFILE, "groups": [{"resources:FPGA": "1"}]}],
+        )
+        assert r.status_code == 201, r.text
+        yield started
+
+
+def api(server, method: str, path: str, **kwargs) -> requests.Response:
+    """A call to the API at 2.11, as an admin unless ``headers`` say otherwise."""
+    headers = {**VERSION, **kwargs.pop("headers", {})}
+    return requests.request(method, server.url + path, headers=headers, timeout=10, **kwargs)
+
+
+def api_json(server, path: str, headers: dict[str, str] | None = None):
+    r = api(server, "GET", path, headers=headers or {})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def fault(response: requests.Response) -> str:
+    """The API's own message of a refusal (Cyborg's envelope)."""
+    return json.loads(response.json()["error_message"])["faultstring"]
+
+
+def dashboard(server, route: str) -> str:
+    return f"{server.url}/dashboard#{route}"
+
+
+def card(page: Page, title: str):
+    return page.locator("section.card").filter(
+        has=page.get_by_role("heading", name=title, exact=True)
+    )
+
+
+def confirm(page: Page, label: str) -> None:
+    """Press the button named ``label`` of the confirmation dialog."""
+    page.get_by_role("dialog").get_by_role("button", name=label, exact=True).click()
+
+
+def row_of(page: Page, uuid_: str):
+    """The table row holding ``uuid_`` (shown short, whole as a tooltip)."""
+    return page.locator("tbody tr").filter(has=page.locator(f'[title="{uuid_}"]'))
+
+
+def expect_device_state(locator, device: dict) -> None:
+    """``deviceState``'s badges: health, drain and activation as the API says."""
+    health = "healthy" if device["health"]["state"] == "ok" else device["health"]["state"]
+    drain = device["maintenance"] or (
+        "in service" if device["status"] == "enabled" else device["status"]
+    )
+    badges = locator.locator(".device-state .badge")
+    expect(badges.nth(0)).to_have_text(re.compile(f"^{health}"))
+    expect(badges.nth(1)).to_have_text(drain)
+    expect(badges.nth(2)).to_have_text(device["activation"])
+
+
+@pytest.fixture
+def claim(server):
+    """A bound claim of PROJECT's member (released afterwards, idempotent)."""
+    consumer = f"lists-{uuid.uuid4().hex[:6]}"
+    r = api(
+        server,
+        "POST",
+        "/v2/claims",
+        json={"device_profile_name": PROFILE, "consumer": consumer},
+        headers=MEMBER,
+    )
+    assert r.status_code == 201, r.text
+    made = r.json()
+    assert made["state"] == "bound" and made["devices"], made
+    yield made
+    r = api(server, "DELETE", f"/v2/claims/{made['uuid']}")
+    assert r.status_code == 204, r.text
+
+
+@pytest.fixture(scope="module")
+def failed_job(server) -> dict:
+    """A job of a kind no conductor handles: it fails at its first attempt (enqueued in
+    serve's database as the API enqueues its jobs: no endpoint makes one on purpose)."""
+    db = Database(f"sqlite:///{server.data_dir}/exosuit.sqlite")
+    try:
+        job_id = db.write(
+            jobs_db.enqueue, "lists_test", {"why": "a test"}, key=f"lists:{uuid.uuid4()}"
+        )
+    finally:
+        db.dispose()
+    deadline = time.monotonic() + WAIT
+    while True:
+        job = api_json(server, f"/v2/jobs/{job_id}")
+        if job["state"] == "failed":
+            return job
+        assert time.monotonic() < deadline, f"job {job_id} never failed: {job}"
+        time.sleep(0.1)
+
+
+# -- claims ----------------------------------------------------------------------------
+
+
+def test_claims_page_lists_filters_and_shows_a_claim_with_its_devices(server, claim, open_page):
+    page = open_page(dashboard(server, "/claims"))
+    row = row_of(page, claim["uuid"])
+    expect(row).to_contain_text("bound")
+    expect(row).to_contain_text(claim["consumer"])
+    expect(row).to_contain_text(PROFILE)
+    expect(row).to_contain_text(claim["hostname"])
+
+    # The state filter is the API's: no released claim is this one.
+    page.locator("nav.filters").get_by_role("link", name="released", exact=True).click()
+    expect(page).to_have_url(re.compile(r"#/claims\?state=released$"))
+    expect(page.locator("main h1")).to_have_text("Claims: released")
+    expect(row_of(page, claim["uuid"])).to_have_count(0)
+    # The consumer filter, through the form: its field in the address.
+    page.locator("nav.filters").get_by_role("link", name="all", exact=True).click()
+    page.get_by_label("Consumer").fill(claim["consumer"])
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(re.compile(rf"#/claims\?consumer={claim['consumer']}$"))
+    expect(page.locator("tbody tr")).to_have_count(1)
+
+    row_of(page, claim["uuid"]).get_by_role("link").first.click()
+    expect(page.locator("main h1")).to_have_text(f"Claim {claim['uuid'].split('-')[0]}")
+    facts = card(page, "Claim")
+    for value in (claim["uuid"], claim["consumer"], claim["hostname"], PROJECT):
+        expect(facts).to_contain_text(value)
+    devices = card(page, "Devices").locator("tbody tr")
+    expect(devices).to_have_count(len(claim["devices"]))
+    for held in claim["devices"]:
+        device = api_json(server, f"/v2/devices/{held['device_uuid']}")
+        row = devices.filter(has=page.locator(f'[title="{held["attach_handle_uuid"]}"]'))
+        expect(row).to_contain_text(f"{device['type']} {device['model']}")
+        expect_device_state(row, device)
+
+
+def test_a_reader_clicking_release_sees_the_apis_refusal_whole(server, claim, open_page):
+    refused = api(server, "DELETE", f"/v2/claims/{claim['uuid']}", headers=READER)
+    assert refused.status_code == 403, refused.text
+    page = open_page(dashboard(server, f"/claims/{claim['uuid']}"), headers=READER)
+
+    card(page, "Claim").get_by_role("button", name="Release").click()
+    confirm(page, "Release")
+
+    expect(page.locator("#notice")).to_have_text(
+        re.compile(re.escape(f"Release refused (HTTP 403): {fault(refused)}"))
+    )
+    assert api_json(server, f"/v2/claims/{claim['uuid']}")["state"] == "bound"
+
+
+def test_an_admin_releases_a_claim_after_confirming(server, claim, open_page):
+    page = open_page(dashboard(server, f"/claims/{claim['uuid']}"))
+    facts = card(page, "Claim")
+
+    facts.get_by_role("button", name="Release").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text(claim["uuid"])
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(dialog).to_have_count(0)
+    assert api_json(server, f"/v2/claims/{claim['uuid']}")["state"] == "bound"
+
+    facts.get_by_role("button", name="Release").click()
+    confirm(page, "Release")
+
+    expect(page.locator("#notice")).to_contain_text(f"Claim {claim['uuid']} is released")
+    expect(facts).to_contain_text("released")
+    expect(facts.get_by_role("button", name="Release")).to_have_count(0)
+    assert api_json(server, f"/v2/claims/{claim['uuid']}")["state"] == "released"
+
+
+# -- ARQs --------------------------------------------------------------------------------
+
+
+def test_arqs_page_shows_the_claims_arq_with_its_device_and_claim(server, claim, open_page):
+    held = claim["devices"][0]
+    arq = api_json(server, f"/v2/accelerator_requests/{held['arq_uuid']}")
+    assert arq["claim_uuid"] == claim["uuid"]
+    device = api_json(server, f"/v2/devices/{held['device_uuid']}")
+    page = open_page(dashboard(server, "/arqs"))
+
+    row = row_of(page, arq["uuid"])
+    expect(row).to_contain_text(arq["state"])
+    expect(row).to_contain_text(f"{device['type']} {device['model']}")
+    expect_device_state(row, device)
+    expect(row.locator(f'[title="{claim["uuid"]}"]')).to_be_visible()
+
+    row.get_by_role("link").first.click()
+    expect(page.locator("main h1")).to_have_text(f"ARQ {arq['uuid'].split('-')[0]}")
+    facts = card(page, "Accelerator request")
+    for value in (arq["uuid"], arq["hostname"], arq["device_rp_uuid"], arq["attach_handle_uuid"]):
+        expect(facts).to_contain_text(value)
+    expect_device_state(facts, device)
+    facts.locator(f'a:has([title="{claim["uuid"]}"])').click()
+    expect(page).to_have_url(re.compile(rf"#/claims/{claim['uuid']}$"))
+
+
+# -- images ------------------------------------------------------------------------------
+
+
+def test_images_pages_show_checksums_members_and_what_runs_it(server, open_page):
+    data = b"lists bitstream " * 64
+    digest = hashlib.sha256(data).hexdigest()
+    r = api(
+        server,
+        "POST",
+        "/v2/images",
+        json={"name": "lists-afu", "format": "gbs", "visibility": "shared", "sha256": digest},
+    )
+    assert r.status_code == 201, r.text
+    made = r.json()
+    r = api(server, "PUT", f"/v2/images/{made['uuid']}/file", data=data)
+    assert r.status_code == 204, r.text
+    r = api(server, "PUT", f"/v2/images/{made['uuid']}/members/{PROJECT}")
+    assert r.status_code == 200, r.text
+    image = api_json(server, f"/v2/images/{made['uuid']}")
+    running = [
+        d
+        for d in api_json(server, "/v2/deployables")["deployables"]
+        if d["bitstream_id"] == image["uuid"]
+    ]
+    page = open_page(dashboard(server, "/images"))
+
+    row = page.locator("tbody tr").filter(has=page.get_by_role("link", name="lists-afu"))
+    expect(row).to_contain_text("active")
+    expect(row).to_contain_text("shared")
+    expect(row.locator(f'[title="{digest}"]')).to_be_visible()
+    page.locator("nav.filters").get_by_role("link", name="queued", exact=True).click()
+    expect(page.get_by_role("link", name="lists-afu")).to_have_count(0)
+    page.locator("nav.filters").get_by_role("link", name="active", exact=True).click()
+    page.get_by_role("link", name="lists-afu").click()
+
+    expect(page.locator("main h1")).to_have_text("Image lists-afu")
+    facts = card(page, "Image")
+    expect(facts).to_contain_text(digest)
+    expect(facts).to_contain_text(str(image["size"]) if image["size"] < 1024 else "KiB")
+    expect(card(page, "Shared with").locator("tbody tr")).to_have_text([re.compile(PROJECT)])
+    if running:
+        expect(card(page, "Running on").locator("tbody tr")).to_have_count(len(running))
+    else:
+        expect(card(page, "Running on")).to_contain_text("No deployable has it loaded.")
+
+
+# -- drivers and services ----------------------------------------------------------------
+
+
+def test_drivers_page_shows_each_hosts_drivers_and_services(server, open_page):
+    drivers = api_json(server, f"/v2/drivers?hostname={server.host}")["drivers"]
+    services = api_json(server, f"/v2/services?hostname={server.host}")["services"]
+    assert drivers, "the simulated host reports its drivers"
+    page = open_page(dashboard(server, "/drivers"))
+
+    host = page.locator("section.card").filter(
+        has=page.get_by_role("heading", name=server.host, exact=True)
+    )
+    tables = host.locator("table")
+    expect(tables.nth(0).locator("tbody tr")).to_have_count(len(drivers))
+    for driver in drivers:
+        expect(tables.nth(0)).to_contain_text(driver["name"])
+    if services:
+        expect(tables.nth(1).locator("tbody tr")).to_have_count(len(services))
+        service = services[0]
+        device = api_json(server, f"/v2/devices/{service['device_uuid']}")
+        row = tables.nth(1).locator("tbody tr").filter(has_text=service["name"]).first
+        expect_device_state(row, device)
+    else:
+        expect(host).to_contain_text("No services.")
+    page.get_by_label("Host").fill(server.host)
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(re.compile(rf"#/drivers\?hostname={server.host}$"))
+    expect(page.locator("main h1")).to_have_text(f"Drivers and services of {server.host}")
+
+
+# -- audit -----------------------------------------------------------------------------
+
+
+def test_audit_filters_narrow_the_list_and_change_the_address(server, claim, open_page):
+    page = open_page(dashboard(server, "/audit"))
+    expect(page.locator("main h1")).to_have_text("Audit trail")
+    expect(page.locator("tbody tr").first).to_be_visible()
+
+    page.get_by_label("Object type").fill("claim")
+    page.get_by_label("Action").fill("create")
+    page.get_by_role("button", name="Filter").click()
+
+    expect(page).to_have_url(re.compile(r"#/audit\?object_type=claim&action=create$"))
+    wanted = api_json(server, "/v2/audit_events?object_type=claim&action=create&limit=200")
+    rows = page.locator("tbody tr")
+    expect(rows).to_have_count(len(wanted["audit_events"]))
+    expect(row_of(page, claim["uuid"])).to_have_count(1)
+    expect(rows.locator("td:nth-child(4)")).to_have_text(["create"] * len(wanted["audit_events"]))
+
+    # The actor: the member who made the claim.
+    page.get_by_label("Actor").fill("user:u-member")
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(re.compile(r"actor=user%3Au-member"))
+    expect(row_of(page, claim["uuid"])).to_have_count(1)
+
+    # Time: nothing was recorded after tomorrow; a time that is none is the API's 400.
+    page.goto(dashboard(server, "/audit?object_type=claim&since=2999-01-01T00:00:00Z"))
+    expect(page.get_by_text("No audit records match.")).to_be_visible()
+    expect(page.get_by_label("Since")).to_have_value("2999-01-01T00:00:00Z")
+    bad = api(server, "GET", "/v2/audit_events?since=yesterday")
+    assert bad.status_code == 400, bad.text
+    page.get_by_label("Since").fill("yesterday")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator(".failure")).to_contain_text("HTTP 400")
+    expect(page.locator(".failure")).to_contain_text(fault(bad))
+
+    # A record's own page.
+    event = wanted["audit_events"][0]
+    page.goto(dashboard(server, f"/audit/{event['id']}"))
+    expect(card(page, "Record")).to_contain_text(event["actor"])
+    expect(card(page, "After")).to_contain_text(json.dumps(event["after"], indent=2)[:40])
+
+
+# -- jobs --------------------------------------------------------------------------------
+
+
+def test_jobs_page_names_periodic_jobs_and_filters_by_kind(server, failed_job, open_page):
+    jobs = api_json(server, "/v2/jobs?limit=200")["jobs"]
+    periodic = [j for j in jobs if j["id"] < 0]
+    page = open_page(dashboard(server, "/jobs"))
+    first_column = page.locator("tbody tr td:nth-child(1)")
+    expect(first_column).to_have_count(len(jobs))
+    texts = first_column.all_text_contents()
+    assert not [t for t in texts if t.startswith("-")], texts
+    assert texts.count("periodic") == len(periodic)
+    assert str(failed_job["id"]) in texts
+
+    page.get_by_label("Kind").fill("lists_test")
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(re.compile(r"#/jobs\?kind=lists_test$"))
+    expect(page.locator("tbody tr")).to_have_count(1)
+    page.get_by_role("link", name=str(failed_job["id"]), exact=True).click()
+
+    expect(page).to_have_url(re.compile(rf"#/jobs/{failed_job['id']}$"))
+    expect(page.locator("main h1")).to_have_text(f"Job {failed_job['id']}: lists_test")
+    expect(card(page, "Last error").locator("pre")).to_have_text(failed_job["last_error"])
+    expect(card(page, "Payload")).to_contain_text('"why": "a test"')
+
+
+def test_a_manager_clicking_retry_on_a_job_sees_the_apis_refusal_whole(
+    server, failed_job, open_page
+):
+    refused = api(server, "POST", f"/v2/jobs/{failed_job['id']}/retry", headers=MANAGER)
+    assert refused.status_code == 403, refused.text
+    page = open_page(dashboard(server, f"/jobs/{failed_job['id']}"), headers=MANAGER)
+
+    card(page, "Job").get_by_role("button", name="Retry").click()
+    confirm(page, "Retry")
+
+    expect(page.locator("#notice")).to_have_text(
+        re.compile(re.escape(f"Retry refused (HTTP 403): {fault(refused)}"))
+    )
+    job = api_json(server, f"/v2/jobs/{failed_job['id']}")
+    assert (job["state"], job["updated_at"]) == ("failed", failed_job["updated_at"])
+
+
+def test_an_admin_retries_a_job_from_its_page(server, failed_job, open_page):
+    page = open_page(dashboard(server, f"/jobs/{failed_job['id']}"))
+
+    card(page, "Job").get_by_role("button", name="Retry").click()
+    expect(page.get_by_role("dialog")).to_contain_text("attempts are reset")
+    confirm(page, "Retry")
+
+    expect(page.locator("#notice")).to_contain_text(f"Job {failed_job['id']} (lists_test)")
+    deadline = time.monotonic() + WAIT
+    while (
+        api_json(server, f"/v2/jobs/{failed_job['id']}")["updated_at"] == failed_job["updated_at"]
+    ):
+        assert time.monotonic() < deadline, "the retried job was not run again"
+        time.sleep(0.1)
+
+
+# -- profiles: Why not here? -------------------------------------------------------------
+
+
+def test_why_not_here_shows_the_dry_runs_verdicts_per_host_and_device(server, claim, open_page):
+    page = open_page(dashboard(server, "/profiles"))
+    page.get_by_role("link", name=PROFILE, exact=True).click()
+    expect(page.locator("main h1")).to_have_text(f"Profile {PROFILE}")
+    expect(card(page, "Groups")).to_contain_text("resources:FPGA=1")
+
+    card(page, "Profile").get_by_role("button", name="Why not here?").click()
+
+    expected = api(
+        server, "POST", "/v2/claims", json={"device_profile_name": PROFILE, "dry_run": True}
+    ).json()
+    why = card(page, "Why not here?")
+    expect(why).to_be_visible()
+    if expected["hostname"]:
+        expect(page.locator("#notice")).to_contain_text(f"on {expected['hostname']}")
+    hosts = why.locator("table").first.locator("tbody tr")
+    expect(hosts).to_have_count(len(expected["hosts"]))
+    for host in expected["hosts"]:
+        row = hosts.filter(has=page.get_by_role("link", name=host["hostname"], exact=True))
+        expect(row.locator("td").nth(1)).to_have_text(host["verdict"])
+        expect(row.locator("td").nth(2)).to_have_text(host["reason"])
+        for verdict in host["devices"]:
+            device_row = why.locator("tbody tr").filter(has_text=verdict["deployable_name"])
+            expect(device_row.first).to_contain_text(verdict["verdict"])
+            expect(device_row.first).to_contain_text(verdict["reason"])
+    # The claim of this test holds a handle: nothing was held by the dry run.
+    claims = api_json(server, "/v2/claims?state=bound")["claims"]
+    assert [c["uuid"] for c in claims] == [claim["uuid"]]
+
+
+def test_a_reader_clicking_why_not_here_sees_the_apis_refusal_whole(server, open_page):
+    refused = api(
+        server,
+        "POST",
+        "/v2/claims",
+        json={"device_profile_name": PROFILE, "dry_run": True},
+        headers=READER,
+    )
+    assert refused.status_code == 403, refused.text
+    page = open_page(dashboard(server, f"/profiles/{PROFILE}"), headers=READER)
+
+    card(page, "Profile").get_by_role("button", name="Why not here?").click()
+
+    expect(page.locator("#notice")).to_have_text(
+        re.compile(re.escape(f"Why not here? refused (HTTP 403): {fault(refused)}"))
+    )
+    expect(card(page, "Why not here?")).to_have_count(0)
