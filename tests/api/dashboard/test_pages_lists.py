@@ -86,12 +86,17 @@ def row_of(page: Page, uuid_: str):
 
 def expect_device_state(locator, device: dict) -> None:
     """``deviceState``'s badges: health, drain and activation as the API says."""
-    health = "healthy" if device["health"]["state"] == "ok" else device["health"]["state"]
+    health = device["health"]
+    held = [] if health["offered"] else [f"held back by {health['held_by']}"]
+    if health["state"] != "ok":
+        words = [health["state"], *held]
+    else:
+        words = held or ["healthy"]
     drain = device["maintenance"] or (
         "in service" if device["status"] == "enabled" else device["status"]
     )
     badges = locator.locator(".device-state .badge")
-    expect(badges.nth(0)).to_have_text(re.compile(f"^{health}"))
+    expect(badges.nth(0)).to_have_text(" · ".join(words))
     expect(badges.nth(1)).to_have_text(drain)
     expect(badges.nth(2)).to_have_text(device["activation"])
 
@@ -204,6 +209,36 @@ def test_an_admin_releases_a_claim_after_confirming(server, claim, open_page):
     expect(facts).to_contain_text("released")
     expect(facts.get_by_role("button", name="Release")).to_have_count(0)
     assert api_json(server, f"/v2/claims/{claim['uuid']}")["state"] == "released"
+
+
+def test_a_claimed_device_held_back_and_draining_shows_it_on_the_claim(server, claim, open_page):
+    """deviceState's badges follow the device: an operator's hold and a drain."""
+    device_uuid = claim["devices"][0]["device_uuid"]
+    base = f"/v2/devices/{device_uuid}"
+    page = open_page(dashboard(server, f"/claims/{claim['uuid']}"))
+    row = card(page, "Devices").locator("tbody tr").first
+    expect(row.locator(".device-state .badge").nth(1)).to_have_text("in service")
+    try:
+        r = api(server, "POST", f"{base}/health", json={"hold": True, "reason": "lists test"})
+        assert r.status_code == 200, r.text
+        r = api(server, "POST", f"{base}/drain")
+        assert r.status_code in (200, 202), r.text
+        device = api_json(server, base)
+        assert device["maintenance"] == "draining" and device["health"]["offered"] is False
+
+        expect_device_state(row, device)  # without a reload: the next refresh
+        badges = row.locator(".device-state .badge")
+        # The agent still reports it ok: the operator's hold is what keeps it back.
+        assert device["health"]["state"] == "ok", device["health"]
+        expect(badges.nth(0)).to_have_text("held back by operator")
+        expect(badges.nth(0)).to_have_attribute("title", device["health"]["reason"])
+        expect(badges.nth(1)).to_have_text("draining")
+    finally:
+        r = api(server, "POST", f"{base}/undrain")
+        assert r.status_code in (200, 202), r.text
+        r = api(server, "POST", f"{base}/health", json={"clear": True})
+        assert r.status_code == 200, r.text
+    expect(row.locator(".device-state .badge").nth(1)).to_have_text("in service")
 
 
 # -- ARQs --------------------------------------------------------------------------------

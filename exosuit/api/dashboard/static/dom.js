@@ -165,17 +165,24 @@ export function deployableAttributes(attributesList) {
 export function deviceState(device) {
   if (!device) return h("span", { class: "muted" }, "state unknown");
   const health = device.health || {};
-  const healthText =
-    health.state === "ok" || !health.state ? "healthy" : String(health.state);
-  const held = health.offered === false ? ` · held back by ${health.held_by || "?"}` : "";
+  const state = health.state || "ok";
+  const held = health.offered === false ? `held back by ${health.held_by || "?"}` : null;
+  // "healthy", "warning", "unhealthy · held back by agent", "held back by operator".
+  const healthText = [state === "ok" ? (held ? null : "healthy") : state, held]
+    .filter(Boolean)
+    .join(" · ");
+  const healthBadge = badge(healthText, state === "unhealthy" ? "bad" : held || state !== "ok" ? "warn" : "ok");
+  if (health.reason) healthBadge.title = health.reason;
   const drain =
     device.maintenance || (device.status === "enabled" ? "in service" : device.status);
+  const activation = badge(device.activation || "activation —", device.activation === "ready" ? "ok" : "warn");
+  if (device.activation_reason) activation.title = device.activation_reason;
   return h(
     "span",
     { class: "holder device-state" },
-    badge(`${healthText}${held}`, healthText === "healthy" && !held ? "ok" : healthText === "warning" ? "warn" : "bad"),
+    healthBadge,
     badge(drain, drain === "in service" ? "ok" : "warn"),
-    badge(device.activation || "activation —", device.activation === "ready" ? "ok" : "warn"),
+    activation,
     device.presence && device.presence !== "present" ? badge(device.presence) : null,
   );
 }
