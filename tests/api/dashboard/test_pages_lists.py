@@ -21,6 +21,7 @@ from playwright.sync_api import Page, expect
 
 from exosuit.db import jobs as jobs_db
 from exosuit.db.api import Database
+from tests.api.dashboard.conftest import PHONE
 from tests.helpers.serve_fixture import serving
 
 pytestmark = pytest.mark.slow
@@ -515,3 +516,32 @@ def test_a_reader_clicking_why_not_here_sees_the_apis_refusal_whole(server, open
         re.compile(re.escape(f"Why not here? refused (HTTP 403): {fault(refused)}"))
     )
     expect(card(page, "Why not here?")).to_have_count(0)
+
+
+# -- a phone -----------------------------------------------------------------------------
+
+
+def test_the_list_pages_fit_a_phone_sized_screen(server, claim, failed_job, open_page):
+    page = open_page(dashboard(server, "/claims"), viewport=PHONE)
+    routes = {
+        "/claims": "Claims",
+        f"/claims/{claim['uuid']}": f"Claim {claim['uuid'].split('-')[0]}",
+        "/arqs": "Accelerator requests",
+        f"/arqs/{claim['devices'][0]['arq_uuid']}": f"ARQ {claim['devices'][0]['arq_uuid'][:8]}",
+        "/profiles": "Device profiles",
+        f"/profiles/{PROFILE}": f"Profile {PROFILE}",
+        "/images": "Images",
+        "/drivers": "Drivers and services",
+        "/audit": "Audit trail",
+        "/jobs": "Jobs",
+        f"/jobs/{failed_job['id']}": f"Job {failed_job['id']}: lists_test",
+    }
+    for route, heading in routes.items():
+        page.goto(dashboard(server, route))
+        expect(page.locator("main h1")).to_have_text(heading)
+        expect(page.locator("main .card").first).to_be_visible()
+        widths = page.evaluate(
+            "[document.documentElement.scrollWidth, document.body.scrollWidth,"
+            " document.documentElement.clientWidth]"
+        )
+        assert max(widths[:2]) <= widths[2], f"{route} is wider than the screen: {widths}"
