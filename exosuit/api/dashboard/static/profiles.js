@@ -11,8 +11,10 @@ import { action } from "./actions.js";
 import { V, claimLink, devicesByUuid } from "./claims.js";
 
 const SHOWN = 200;
-// The last dry run of each profile on this page: {at, result, devices}.
+// The last dry run of the profile on screen: {at, result, devices}; forgotten when
+// another profile's page is opened.
 const dryRuns = new Map();
+let profileShown = null;
 
 const profileLink = (name) => link(`#/profiles/${encodeURIComponent(name)}`, name);
 const groupText = (group) =>
@@ -106,6 +108,7 @@ const list = {
   menu: "Profiles",
   title: () => "Device profiles",
   async load() {
+    profileShown = null;
     const data = await api.get(api.withQuery("v2/device_profiles", { limit: SHOWN }), V);
     return { items: data.device_profiles, more: Boolean(data.next) };
   },
@@ -135,6 +138,8 @@ export const profile = {
   route: "/profiles/:name",
   title: (params) => `Profile ${params.name}`,
   async load({ name }) {
+    if (name !== profileShown) dryRuns.clear();
+    profileShown = name;
     const data = await api.get(`v2/device_profiles/${encodeURIComponent(name)}`, V);
     return { profile: data.device_profile, dryRun: dryRuns.get(data.device_profile.name) || null };
   },
