@@ -51,6 +51,27 @@ function change(e) {
   return shown.join("; ") + (keys.length > 4 ? `; +${keys.length - 4} more` : "");
 }
 
+// Shortcuts for the time range: ``since`` set to that long before the click, the
+// address's other filters kept.
+const RECENT = [["Last hour", 3600], ["Last 24 h", 86400], ["Last 7 days", 7 * 86400]];
+
+function recent() {
+  const go = (seconds) => {
+    // The address's filters at the click (the page may not be redrawn for it yet).
+    const query = new URLSearchParams(location.hash.split("?")[1] || "");
+    query.delete("since");
+    query.set("since", new Date(Date.now() - seconds * 1000).toISOString().replace(/\.\d+Z$/, "Z"));
+    location.hash = `/audit?${query}`;
+  };
+  return h(
+    "nav",
+    { class: "filters", "aria-label": "Time range" },
+    RECENT.map(([label, seconds]) =>
+      h("button", { type: "button", class: "action plain", onclick: () => go(seconds) }, label),
+    ),
+  );
+}
+
 const list = {
   route: "/audit",
   menu: "Audit",
@@ -64,6 +85,7 @@ const list = {
   render({ items, more }, params) {
     return [
       filterForm("/audit", params, FIELDS),
+      recent(),
       h(
         "div",
         { class: "card" },
