@@ -17,9 +17,11 @@ import uuid
 
 import pytest
 import requests
+import sqlalchemy as sa
 from playwright.sync_api import Page, expect
 
 from exosuit.db import jobs as jobs_db
+from exosuit.db import models
 from exosuit.db.api import Database
 from tests.api.dashboard.conftest import PHONE
 from tests.helpers.serve_fixture import serving
@@ -63,6 +65,42 @@ def api_json(server, path: str, headers: dict[str, str] | None = None):
 def fault(response: requests.Response) -> str:
     """The API's own message of a refusal (Cyborg's envelope)."""
     return json.loads(response.json()["error_message"])["faultstring"]
+
+
+def offers_by_permission(server) -> bool:
+    """Whether the API answers GET /v2/permissions (2.11): then the console draws a
+    button only for a caller who passes its rule, else every button (the API decides)."""
+    return api(server, "GET", "/v2/permissions").status_code == 200
+
+
+def pause_refresh(page: Page) -> None:
+    """Stop the page's refresh loop as a hidden tab does (app.js), so that what is on
+    screen stays while the test changes the API's state under it."""
+    page.evaluate(
+        """() => {
+            Object.defineProperty(document, "hidden", { configurable: true, get: () => true });
+            document.dispatchEvent(new Event("visibilitychange"));
+        }"""
+    )
+    expect(page.locator("#refreshed")).to_have_text("Paused while the tab is hidden")
+
+
+def expect_refusal_or_no_button(
+    server, page: Page, scope, label: str, refused, *, confirmed: bool = True
+) -> None:
+    """A caller the API refuses: not offered ``label`` when the console knows the
+    caller's permissions (GET /v2/permissions); otherwise the click (``confirmed`` in its
+    dialog) shows the API's words whole."""
+    button = scope.get_by_role("button", name=label)
+    if offers_by_permission(server):
+        expect(button).to_have_count(0)
+        return
+    button.click()
+    if confirmed:
+        confirm(page, label)
+    expect(page.locator("#notice")).to_have_text(
+        re.compile(re.escape(f"{label} refused (HTTP {refused.status_code}): {fault(refused)}"))
+    )
 
 
 def dashboard(server, route: str) -> str:
@@ -121,15 +159,12 @@ def claim(server):
     assert r.status_code == 204, r.text
 
 
-@pytest.fixture(scope="module")
-def failed_job(server) -> dict:
+def make_failed_job(server, kind: str) -> dict:
     """A job of a kind no conductor handles: it fails at its first attempt (enqueued in
     serve's database as the API enqueues its jobs: no endpoint makes one on purpose)."""
     db = Database(f"sqlite:///{server.data_dir}/exosuit.sqlite")
     try:
-        job_id = db.write(
-            jobs_db.enqueue, "lists_test", {"why": "a test"}, key=f"lists:{uuid.uuid4()}"
-        )
+        job_id = db.write(jobs_db.enqueue, kind, {"why": "a test"}, key=f"lists:{uuid.uuid4()}")
     finally:
         db.dispose()
     deadline = time.monotonic() + WAIT
@@ -139,6 +174,11 @@ def failed_job(server) -> dict:
             return job
         assert time.monotonic() < deadline, f"job {job_id} never failed: {job}"
         time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def failed_job(server) -> dict:
+    return make_failed_job(server, "lists_test")
 
 
 # -- claims ----------------------------------------------------------------------------
@@ -178,17 +218,14 @@ def test_claims_page_lists_filters_and_shows_a_claim_with_its_devices(server, cl
         expect_device_state(row, device)
 
 
-def test_a_reader_clicking_release_sees_the_apis_refusal_whole(server, claim, open_page):
+def test_a_reader_is_refused_release_with_the_apis_words(server, claim, open_page):
     refused = api(server, "DELETE", f"/v2/claims/{claim['uuid']}", headers=READER)
     assert refused.status_code == 403, refused.text
     page = open_page(dashboard(server, f"/claims/{claim['uuid']}"), headers=READER)
+    expect(card(page, "Claim")).to_contain_text(claim["consumer"])
 
-    card(page, "Claim").get_by_role("button", name="Release").click()
-    confirm(page, "Release")
+    expect_refusal_or_no_button(server, page, card(page, "Claim"), "Release", refused)
 
-    expect(page.locator("#notice")).to_have_text(
-        re.compile(re.escape(f"Release refused (HTTP 403): {fault(refused)}"))
-    )
     assert api_json(server, f"/v2/claims/{claim['uuid']}")["state"] == "bound"
 
 
@@ -441,23 +478,49 @@ def test_jobs_page_names_periodic_jobs_and_filters_by_kind(server, failed_job, o
     expect(card(page, "Payload")).to_contain_text('"why": "a test"')
 
 
-def test_a_manager_clicking_retry_on_a_job_sees_the_apis_refusal_whole(
-    server, failed_job, open_page
-):
+def test_a_manager_is_refused_retry_with_the_apis_words(server, failed_job, open_page):
     refused = api(server, "POST", f"/v2/jobs/{failed_job['id']}/retry", headers=MANAGER)
     assert refused.status_code == 403, refused.text
     before = api_json(server, f"/v2/jobs/{failed_job['id']}")
     assert before["state"] == "failed", before
     page = open_page(dashboard(server, f"/jobs/{failed_job['id']}"), headers=MANAGER)
+    expect(card(page, "Job")).to_contain_text("failed")
 
-    card(page, "Job").get_by_role("button", name="Retry").click()
+    expect_refusal_or_no_button(server, page, card(page, "Job"), "Retry", refused)
+
+    job = api_json(server, f"/v2/jobs/{failed_job['id']}")
+    assert (job["state"], job["updated_at"]) == ("failed", before["updated_at"])
+
+
+def test_retrying_a_job_no_longer_failed_shows_the_apis_409_whole(server, open_page):
+    """An admin's Retry of a job that succeeded since the page was drawn (its row
+    changed in serve's database under the paused page): the API's 409, word for word."""
+    job = make_failed_job(server, "lists_test_409")
+    page = open_page(dashboard(server, f"/jobs/{job['id']}"))
+    retry = card(page, "Job").get_by_role("button", name="Retry")
+    expect(retry).to_be_visible()
+    pause_refresh(page)
+    db = Database(f"sqlite:///{server.data_dir}/exosuit.sqlite")
+    try:
+        db.write(
+            lambda conn: conn.execute(
+                sa.update(models.jobs)
+                .where(models.jobs.c.id == job["id"])
+                .values(state="succeeded")
+            )
+        )
+    finally:
+        db.dispose()
+    refused = api(server, "POST", f"/v2/jobs/{job['id']}/retry")
+    assert refused.status_code == 409, refused.text
+
+    retry.click()
     confirm(page, "Retry")
 
     expect(page.locator("#notice")).to_have_text(
-        re.compile(re.escape(f"Retry refused (HTTP 403): {fault(refused)}"))
+        re.compile(re.escape(f"Retry refused (HTTP 409): {fault(refused)}"))
     )
-    job = api_json(server, f"/v2/jobs/{failed_job['id']}")
-    assert (job["state"], job["updated_at"]) == ("failed", before["updated_at"])
+    assert api_json(server, f"/v2/jobs/{job['id']}")["state"] == "succeeded"
 
 
 def test_an_admin_retries_a_job_from_its_page(server, failed_job, open_page):
@@ -509,7 +572,7 @@ def test_why_not_here_shows_the_dry_runs_verdicts_per_host_and_device(server, cl
     assert [c["uuid"] for c in claims] == [claim["uuid"]]
 
 
-def test_a_reader_clicking_why_not_here_sees_the_apis_refusal_whole(server, open_page):
+def test_a_reader_is_refused_why_not_here_with_the_apis_words(server, open_page):
     refused = api(
         server,
         "POST",
@@ -519,13 +582,38 @@ def test_a_reader_clicking_why_not_here_sees_the_apis_refusal_whole(server, open
     )
     assert refused.status_code == 403, refused.text
     page = open_page(dashboard(server, f"/profiles/{PROFILE}"), headers=READER)
+    expect(card(page, "Groups")).to_contain_text("resources:FPGA=1")
 
-    card(page, "Profile").get_by_role("button", name="Why not here?").click()
+    expect_refusal_or_no_button(
+        server, page, card(page, "Profile"), "Why not here?", refused, confirmed=False
+    )
+
+    expect(card(page, "Why not here?")).to_have_count(0)
+
+
+def test_why_not_here_for_a_profile_deleted_meanwhile_shows_the_apis_404_whole(server, open_page):
+    name = f"lists-gone-{uuid.uuid4().hex[:6]}"
+    r = api(
+        server,
+        "POST",
+        "/v2/device_profiles",
+        json=[{"name": name, "groups": [{"resources:GPU": "1"}]}],
+    )
+    assert r.status_code == 201, r.text
+    page = open_page(dashboard(server, f"/profiles/{name}"))
+    why = card(page, "Profile").get_by_role("button", name="Why not here?")
+    expect(why).to_be_visible()
+    pause_refresh(page)
+    r = api(server, "DELETE", f"/v2/device_profiles/{name}")
+    assert r.status_code == 204, r.text
+    refused = api(server, "POST", "/v2/claims", json={"device_profile_name": name, "dry_run": True})
+    assert refused.status_code == 404, refused.text
+
+    why.click()
 
     expect(page.locator("#notice")).to_have_text(
-        re.compile(re.escape(f"Why not here? refused (HTTP 403): {fault(refused)}"))
+        re.compile(re.escape(f"Why not here? refused (HTTP 404): {fault(refused)}"))
     )
-    expect(card(page, "Why not here?")).to_have_count(0)
 
 
 # -- a phone -----------------------------------------------------------------------------
