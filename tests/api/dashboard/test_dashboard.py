@@ -386,13 +386,19 @@ def test_a_manager_clicking_retry_is_refused_and_the_job_stays_failed(
 ):
     page = open_page(dashboard(server, "/jobs?state=failed"), headers=MANAGER)
     row = page.locator("tbody tr").filter(has_text=failed_job["key"])
+    expect(row).to_contain_text("failed")
 
-    row.get_by_role("button", name="Retry").click()
-    page.get_by_role("dialog").get_by_role("button", name="Retry", exact=True).click()
-
-    notice = page.locator("#notice")
-    expect(notice).to_contain_text("Retry refused (HTTP 403)")
-    expect(notice).to_contain_text("disallowed by policy")
+    if api(server, "GET", "/v2/permissions", headers=MANAGER).status_code == 200:
+        # The console knows the manager does not pass exosuit:job:retry: no button.
+        expect(row.get_by_role("button", name="Retry")).to_have_count(0)
+        r = api(server, "POST", f"/v2/jobs/{failed_job['id']}/retry", headers=MANAGER)
+        assert r.status_code == 403, r.text
+    else:
+        row.get_by_role("button", name="Retry").click()
+        page.get_by_role("dialog").get_by_role("button", name="Retry", exact=True).click()
+        notice = page.locator("#notice")
+        expect(notice).to_contain_text("Retry refused (HTTP 403)")
+        expect(notice).to_contain_text("disallowed by policy")
     job = api_json(server, f"/v2/jobs/{failed_job['id']}")
     assert (job["state"], job["attempts"], job["updated_at"]) == (
         "failed",
