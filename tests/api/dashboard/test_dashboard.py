@@ -388,7 +388,8 @@ def test_a_manager_clicking_retry_is_refused_and_the_job_stays_failed(
     row = page.locator("tbody tr").filter(has_text=failed_job["key"])
     expect(row).to_contain_text("failed")
 
-    if api(server, "GET", "/v2/permissions", headers=MANAGER).status_code == 200:
+    latest = {**MANAGER, "OpenStack-API-Version": "accelerator 2.11"}
+    if api(server, "GET", "/v2/permissions", headers=latest).status_code == 200:
         # The console knows the manager does not pass exosuit:job:retry: no button.
         expect(row.get_by_role("button", name="Retry")).to_have_count(0)
         r = api(server, "POST", f"/v2/jobs/{failed_job['id']}/retry", headers=MANAGER)
