@@ -86,13 +86,24 @@ def pause_refresh(page: Page) -> None:
 
 
 def expect_refusal_or_no_button(
-    server, page: Page, scope, label: str, refused, *, confirmed: bool = True
+    server,
+    page: Page,
+    scope,
+    label: str,
+    refused,
+    *,
+    rule: str,
+    caller: dict[str, str],
+    confirmed: bool = True,
 ) -> None:
-    """A caller the API refuses: not offered ``label`` when the console knows the
-    caller's permissions (GET /v2/permissions); otherwise the click (``confirmed`` in its
+    """A ``caller`` the API refuses: not offered ``label`` when the console knows the
+    caller's permissions (GET /v2/permissions: ``rule``, the button's, is one of them, the
+    caller fails it and an admin passes it); otherwise the click (``confirmed`` in its
     dialog) shows the API's words whole."""
     button = scope.get_by_role("button", name=label)
     if offers_by_permission(server):
+        assert api_json(server, "/v2/permissions", headers=caller)["permissions"][rule] is False
+        assert api_json(server, "/v2/permissions")["permissions"][rule] is True
         expect(button).to_have_count(0)
         return
     button.click()
@@ -224,7 +235,15 @@ def test_a_reader_is_refused_release_with_the_apis_words(server, claim, open_pag
     page = open_page(dashboard(server, f"/claims/{claim['uuid']}"), headers=READER)
     expect(card(page, "Claim")).to_contain_text(claim["consumer"])
 
-    expect_refusal_or_no_button(server, page, card(page, "Claim"), "Release", refused)
+    expect_refusal_or_no_button(
+        server,
+        page,
+        card(page, "Claim"),
+        "Release",
+        refused,
+        rule="exosuit:claim:delete",
+        caller=READER,
+    )
 
     assert api_json(server, f"/v2/claims/{claim['uuid']}")["state"] == "bound"
 
@@ -486,7 +505,9 @@ def test_a_manager_is_refused_retry_with_the_apis_words(server, failed_job, open
     page = open_page(dashboard(server, f"/jobs/{failed_job['id']}"), headers=MANAGER)
     expect(card(page, "Job")).to_contain_text("failed")
 
-    expect_refusal_or_no_button(server, page, card(page, "Job"), "Retry", refused)
+    expect_refusal_or_no_button(
+        server, page, card(page, "Job"), "Retry", refused, rule="exosuit:job:retry", caller=MANAGER
+    )
 
     job = api_json(server, f"/v2/jobs/{failed_job['id']}")
     assert (job["state"], job["updated_at"]) == ("failed", before["updated_at"])
@@ -585,7 +606,14 @@ def test_a_reader_is_refused_why_not_here_with_the_apis_words(server, open_page)
     expect(card(page, "Groups")).to_contain_text("resources:FPGA=1")
 
     expect_refusal_or_no_button(
-        server, page, card(page, "Profile"), "Why not here?", refused, confirmed=False
+        server,
+        page,
+        card(page, "Profile"),
+        "Why not here?",
+        refused,
+        rule="exosuit:claim:create",
+        caller=READER,
+        confirmed=False,
     )
 
     expect(card(page, "Why not here?")).to_have_count(0)
