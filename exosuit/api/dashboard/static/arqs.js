@@ -101,7 +101,7 @@ export const arq = {
       facts([
         ["UUID", h("code", { class: "wrap" }, a.uuid)],
         ["State", badge(a.state)],
-        ["Profile", [a.device_profile_name ? link(`#/profiles/${encodeURIComponent(a.device_profile_name)}`, a.device_profile_name) : "—", ` group ${a.device_profile_group_id}`]],
+        ["Profile", [a.device_profile_name ? link(`#/profiles/${encodeURIComponent(a.device_profile_name)}`, a.device_profile_name) : "—", a.device_profile_group_id === null ? "" : ` group ${a.device_profile_group_id}`]],
         ["Host", hostLink(a.hostname)],
         ["Device", device ? [deviceLink(device.uuid, `${device.type} ${device.model}`), " ", deviceState(device)] : handle ? deviceLink(handle.device_uuid) : "—"],
         ["Resource provider", h("code", {}, a.device_rp_uuid || "—")],
