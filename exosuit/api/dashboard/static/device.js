@@ -143,6 +143,7 @@ function clearHealth(device) {
 
 // A form field of a confirmation dialog.
 function field(label, control) {
+  control.setAttribute("aria-label", label);
   return h("label", { class: "field" }, h("span", {}, label), control);
 }
 

@@ -95,7 +95,7 @@ function filterForm(data, params) {
     { class: "device-filters", role: "search", "aria-label": "Device filters" },
     h("label", { class: "search" }, h("span", {}, "Search"),
       h("input", {
-        type: "search", name: "q", value: q, placeholder: "uuid, model, host, PCI, label…",
+        type: "search", name: "q", "aria-label": "Search", value: q, placeholder: "uuid, model, host, PCI, label…",
         oninput: (event) => { draft = { hash: location.hash, q: event.target.value }; },
       })),
     FILTERS.map((filter) =>
@@ -105,7 +105,7 @@ function filterForm(data, params) {
         h("span", {}, filter.label),
         h(
           "select",
-          { name: filter.name, onchange: () => go(form) },
+          { name: filter.name, "aria-label": filter.label, onchange: () => go(form) },
           h("option", { value: "" }, "any"),
           choicesOf(filter, data, params).map((choice) =>
             h("option", { value: choice, selected: params[filter.name] === choice }, choice),
