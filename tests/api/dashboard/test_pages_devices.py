@@ -176,7 +176,7 @@ def test_fleet_shows_health_drain_activation_and_holders(server, world, open_pag
             and device["presence"] == "present"
         )
         row = rows.filter(has=page.locator(f'a[href="#/devices/{device["uuid"]}"]'))
-        cell = row.locator("td").nth(10)  # Free/held
+        cell = row.locator("td").nth(5)  # Free/held
         if free:
             expect(cell).to_have_text("free")
         else:
@@ -262,6 +262,7 @@ def test_host_page_shows_drivers_services_drain_and_generations(server, world, o
     expect(held).to_contain_text(f"consumer {CONSUMER}")
     expect(held.locator(f'[title="{world["claim"]["uuid"]}"]')).to_have_count(1)
     expect(rows_of(page).filter(has_text=world["gpu"]["pci_address"])).to_contain_text("held 1")
+    screenshot(page, "host.png")
 
     drained = api_json(server, f"/v2/hosts/{DRAINED}")
     page.goto(dashboard(server, f"/hosts/{DRAINED}"))
@@ -285,6 +286,12 @@ def test_device_page_shows_health_history_partitions_and_holder(server, world, o
     facts = card(page, "Device")
     expect(facts).to_contain_text("inactive")
     expect(facts).to_contain_text("not offered")
+    # Its attach handles are free of holders, and say they are not offered.
+    handles = card(page, "Attach handles").locator("tbody tr")
+    expect(handles).to_have_count(2)
+    expect(handles.locator("td").nth(4)).to_have_text("not offered")
+    expect(handles.locator("td").nth(11)).to_have_text("not offered")
+    screenshot(page, "device-unhealthy.png")
 
     gpu = world["gpu"]
     page.goto(dashboard(server, f"/devices/{gpu['uuid']}"))
@@ -420,6 +427,7 @@ def test_an_admin_programs_the_fpga_with_an_image(server, world, open_page):
     assert (program["image_uuid"], program["state"]) == (image["uuid"], "done"), program
     expect(programming).to_contain_text("program.end")
     expect(programming).to_contain_text(image["uuid"])
+    screenshot(page, "device-programmed.png")
 
 
 def test_an_admin_sets_a_partition_layout(server, world, open_page):

@@ -10,7 +10,7 @@ import {
   h, badge, deviceStateFacts, facts, hostLink, section, short, table, time,
 } from "./dom.js";
 import { action } from "./actions.js";
-import { claimsOf, deployablesOf, deployablesTable, handlesTable } from "./host.js";
+import { claimsOf, deployablesOf, deployablesTable, handleState, handlesTable } from "./host.js";
 
 const HISTORY = 100; // audit records read per history
 
@@ -304,7 +304,7 @@ function partitionsSection(device, partitions) {
         { title: "Slice", cell: (x) => short(x.attach_handle_uuid) },
         { title: "Attach type", cell: (x) => x.attach_type },
         { title: "Type", cell: (x) => x.type || "—" },
-        { title: "State", cell: (x) => badge(x.in_use ? "in use" : "free") },
+        { title: "State", cell: (x) => handleState(x.in_use, device) },
       ],
       partitions.slices || [],
       "No slices.",
@@ -396,7 +396,7 @@ export default {
       partitionsSection(device, partitions),
       programmingSection(deployables, programs, histories, images),
       section("Deployables", deployablesTable(deployables, handles)),
-      section("Attach handles", handlesTable(handles, claims)),
+      section("Attach handles", handlesTable(handles, claims, { [device.uuid]: device })),
     ];
   },
 };

@@ -237,7 +237,7 @@ export function deviceStateFacts(device) {
     ["Status", [badge(device.status), device.status_reason ? ` ${device.status_reason}` : ""]],
     ["Drain", drainBadge(device)],
     ["Activation", [activationBadge(device), device.activation_reason ? ` ${device.activation_reason}` : ""]],
-    ["Held by", (device.holders || []).length
+    ["Free/held", (device.holders || []).length
       ? h("ul", { class: "plain-list" }, device.holders.map((x) => h("li", {}, holderText(x))))
       : heldBadge(device)],
   ];

@@ -7,8 +7,8 @@
 import * as api from "./api.js";
 import {
   h, activationBadge, age, attachInfo, badge, deployableAttributes, deviceLink, deviceRowClass,
-  drainBadge, facts, healthBadge, heldBadge, holderText, hostLink, joined, link, section, short, table,
-  time,
+  drainBadge, facts, healthBadge, heldBadge, holderText, hostLink, joined, link, offer, section, short,
+  table, time,
 } from "./dom.js";
 import { action } from "./actions.js";
 
@@ -105,14 +105,23 @@ function byDeployableAndAddress(a, b) {
   );
 }
 
-export function handlesTable(handles, claims = {}) {
+// A handle's state: "in use", "free", or "not offered" when its device takes no new
+// workload (unhealthy, drained, inactive …: a free handle of it must not look free).
+export function handleState(inUse, device) {
+  if (inUse) return badge("in use");
+  const why = device ? offer(device) : [];
+  return why.length ? h("span", { title: why.join(", ") }, badge("not offered", "bad")) : badge("free");
+}
+
+// ``devices``: uuid → device, for each handle's state.
+export function handlesTable(handles, claims = {}, devices = {}) {
   return table(
     [
       { title: "Handle", cell: (a) => short(a.uuid) },
       { title: "Deployable", cell: (a) => h("span", { class: "wrap" }, a.deployable_name) },
       { title: "Type", cell: (a) => a.attach_type },
       { title: "Address", cell: (a) => h("span", { class: "wrap" }, attachInfo(a.attach_info)) },
-      { title: "State", cell: (a) => badge(a.in_use ? "in use" : "free") },
+      { title: "State", cell: (a) => handleState(a.in_use, devices[a.device_uuid]) },
       { title: "Presence", cell: (a) => badge(a.presence) },
       { title: "Held by", cell: (a) => holder(a, claims) },
     ],
@@ -131,13 +140,13 @@ export function devicesTable(devices, { withHost = true, empty = "No devices." }
       { title: "Vendor", cell: (d) => d.vendor },
       withHost ? { title: "Host", cell: (d) => hostLink(d.hostname) } : null,
       { title: "PCI", cell: (d) => d.pci_address || "—" },
-      { title: "Driver", cell: (d) => d.driver_name || "—" },
+      { title: "Free/held", cell: heldBadge },
       { title: "Health", cell: (d) => healthBadge(d.health) },
       { title: "Status", cell: (d) => badge(d.status) },
       { title: "Drain", cell: drainBadge },
       { title: "Activation", cell: activationBadge },
-      { title: "Free/held", cell: heldBadge },
       { title: "Presence", cell: (d) => badge(d.presence) },
+      { title: "Driver", cell: (d) => d.driver_name || "—" },
     ].filter(Boolean),
     devices,
     empty,
@@ -288,7 +297,7 @@ export default {
       section("Drivers", driversTable(drivers.filter((d) => d.hostname === host.hostname))),
       section("Services", servicesTable(services)),
       section("Deployables", deployablesTable(deployables, handles)),
-      section("Attach handles", handlesTable(handles, claims)),
+      section("Attach handles", handlesTable(handles, claims, Object.fromEntries(devices.map((d) => [d.uuid, d])))),
     ];
   },
 };
