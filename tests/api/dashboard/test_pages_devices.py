@@ -426,7 +426,7 @@ def test_an_admin_programs_the_fpga_with_an_image(server, world, open_page):
     )
     assert (program["image_uuid"], program["state"]) == (image["uuid"], "done"), program
     expect(programming).to_contain_text("program.end")
-    expect(programming).to_contain_text(image["uuid"])
+    expect(programming).to_contain_text(f"{image['name']} ({image['uuid']})")
     screenshot(page, "device-programmed.png")
 
 

@@ -313,6 +313,13 @@ function partitionsSection(device, partitions) {
   );
 }
 
+// An image's name and uuid (the uuid alone when the caller cannot see it).
+function imageText(uuid, images) {
+  if (!uuid) return "—";
+  const image = images.find((i) => i.uuid === uuid);
+  return h("code", { class: "wrap" }, image ? `${image.name} (${uuid})` : uuid);
+}
+
 function programmingSection(deployables, programs, histories, images) {
   const rows = deployables.filter((d) => programFormats(d).length || programs[d.uuid]);
   if (!rows.length) return section("Programming", h("p", { class: "muted" }, "Nothing on this device loads images."));
@@ -326,12 +333,12 @@ function programmingSection(deployables, programs, histories, images) {
         { class: "program" },
         h("h3", {}, d.name),
         facts([
-          ["Loaded image", d.bitstream_id ? h("code", {}, d.bitstream_id) : "—"],
+          ["Loaded image", imageText(d.bitstream_id, images)],
           ["Formats", programFormats(d).join(", ") || "—"],
           [
             "Latest program",
             program && !program.refused
-              ? [badge(program.state), " image ", h("code", {}, program.image_uuid), program.reason ? ` ${program.reason}` : "",
+              ? [badge(program.state), " image ", imageText(program.image_uuid, images), program.reason ? ` ${program.reason}` : "",
                   " · ", time(program.updated_at)]
               : "none",
           ],
