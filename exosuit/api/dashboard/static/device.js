@@ -7,12 +7,13 @@
 
 import * as api from "./api.js";
 import {
-  h, badge, deviceStateFacts, facts, hostLink, section, short, table, time,
+  h, badge, deviceStateFacts, facts, hostLink, orDash, section, short, table, time,
 } from "./dom.js";
 import { action } from "./actions.js";
 import { claimsOf, deployablesOf, deployablesTable, handleState, handlesTable } from "./host.js";
 
 const HISTORY = 100; // audit records read per history
+const KIND_NAMES = { vfs: "functions (vfs)", mdev: "vGPU (mdev)", mig: "MIG" };
 
 // -- reading ---------------------------------------------------------------------------
 
@@ -161,7 +162,10 @@ function programAction(deployable, images) {
         { path: "/program", op: "replace", value: [{ image_uuid: image }] },
       ]);
       const program = answer.program;
-      return `Deployable ${deployable.name}: program ${program.uuid} of image ${program.image_uuid} is ${program.state}.`;
+      return (
+        `Deployable ${deployable.name}: program ${program.uuid} of image ${program.image_uuid} ` +
+        `is ${program.state}.`
+      );
     },
     {
       rule: "cyborg:deployable:program",
@@ -172,7 +176,8 @@ function programAction(deployable, images) {
           select = h(
             "select",
             { name: "image", required: true },
-            h("option", { value: "" }, usable.length ? "choose an image" : `no active image of format ${formats.join(", ")}`),
+            h("option", { value: "" },
+              usable.length ? "choose an image" : `no active image of format ${formats.join(", ")}`),
             usable.map((i) => h("option", { value: i.uuid }, `${i.name} (${i.format}, ${i.uuid})`)),
           );
           return [field("Image", select)];
@@ -216,13 +221,14 @@ function partitionAction(device) {
           const kind = h(
             "select",
             { name: "kind", onchange: (event) => fill(event.target.value) },
-            kinds.map((k) => h("option", { value: k }, { vfs: "functions (vfs)", mdev: "vGPU (mdev)", mig: "MIG" }[k])),
+            kinds.map((k) => h("option", { value: k }, KIND_NAMES[k])),
           );
           const fields = [
             field("Kind", kind),
             field("vGPU type or MIG profile", name),
             field("Count", h("input", { name: "count", type: "number", min: "0", value: "1", required: true })),
-            h("label", { class: "check" }, h("input", { name: "on_demand", type: "checkbox" }), " On demand (mdev, MIG)"),
+            h("label", { class: "check" },
+              h("input", { name: "on_demand", type: "checkbox" }), " On demand (mdev, MIG)"),
           ];
           form = { kind, name, count: fields[2].querySelector("input"), on_demand: fields[3].querySelector("input") };
           return fields;
@@ -285,7 +291,9 @@ function healthSection(device, history) {
     ]),
     h("div", { class: "actions" }, clearHealth(device)),
     h("h3", {}, "History"),
-    history.refused ? refusal(history, "the audit trail") : eventsTable(healthEvents(history.items), "No change of health recorded."),
+    history.refused
+      ? refusal(history, "the audit trail")
+      : eventsTable(healthEvents(history.items), "No change of health recorded."),
   );
 }
 
@@ -297,7 +305,7 @@ function partitionsSection(device, partitions) {
     facts([
       ["Layout", partitions.layout ? h("code", { class: "wrap" }, JSON.stringify(partitions.layout)) : "none set"],
       ["State", [badge(partitions.state || "—"), partitions.reason ? ` ${partitions.reason}` : ""]],
-      ["Generation", partitions.generation === null || partitions.generation === undefined ? "—" : String(partitions.generation)],
+      ["Generation", orDash(partitions.generation)],
     ]),
     table(
       [
@@ -338,8 +346,10 @@ function programmingSection(deployables, programs, histories, images) {
           [
             "Latest program",
             program && !program.refused
-              ? [badge(program.state), " image ", imageText(program.image_uuid, images), program.reason ? ` ${program.reason}` : "",
-                  " · ", time(program.updated_at)]
+              ? [
+                  badge(program.state), " image ", imageText(program.image_uuid, images),
+                  program.reason ? ` ${program.reason}` : "", " · ", time(program.updated_at),
+                ]
               : "none",
           ],
         ]),
@@ -374,7 +384,10 @@ export default {
     const byUuid = (answers) =>
       Object.fromEntries(deployables.map((d, i) => [d.uuid, answers[i]]));
     const programsOf = byUuid(programs.map((p) => (p.refused ? null : p.program || p)));
-    return { device, handles, claims, partitions, history, deployables, programs: programsOf, histories: byUuid(histories), images };
+    return {
+      device, handles, claims, partitions, history, deployables, images,
+      programs: programsOf, histories: byUuid(histories),
+    };
   },
   render({ device, handles, claims, partitions, history, deployables, programs, histories, images }) {
     return [

@@ -132,6 +132,9 @@ export function counts(map, href, order = []) {
   );
 }
 
+// A value, or "—" when there is none (null or undefined; 0 and false are values).
+export const orDash = (value) => (value === null || value === undefined ? "—" : String(value));
+
 // "a, b, c" or "—".
 export const joined = (items) => (items && items.length ? items.join(", ") : "—");
 

@@ -23,7 +23,10 @@ const FILTERS = [
   { name: "vendor", label: "Vendor", api: "vendor" },
   { name: "health", label: "Health", choices: ["ok", "warning", "unhealthy", "held back"] },
   { name: "drain", label: "Drain", choices: ["none", "draining", "drained"] },
-  { name: "activation", label: "Activation", api: "activation", choices: ["ready", "inactive", "activating", "deactivating"] },
+  {
+    name: "activation", label: "Activation", api: "activation",
+    choices: ["ready", "inactive", "activating", "deactivating"],
+  },
   { name: "status", label: "Status", api: "status", choices: ["enabled", "maintaining"] },
   { name: "held", label: "Free/held", choices: ["free", "held", "not offered"] },
 ];

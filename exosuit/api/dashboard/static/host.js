@@ -7,7 +7,7 @@
 import * as api from "./api.js";
 import {
   h, activationBadge, age, attachInfo, badge, deployableAttributes, deviceLink, deviceRowClass,
-  drainBadge, facts, healthBadge, heldBadge, holderText, hostLink, joined, link, offer, section, short,
+  drainBadge, facts, healthBadge, orDash, heldBadge, holderText, hostLink, joined, link, offer, section, short,
   table, time,
 } from "./dom.js";
 import { action } from "./actions.js";
@@ -161,7 +161,7 @@ function driversTable(drivers) {
       { title: "Driver", cell: (d) => d.name },
       { title: "Version", cell: (d) => d.version || "—" },
       { title: "Enabled", cell: (d) => (d.enabled === null ? "—" : badge(d.enabled ? "enabled" : "disabled")) },
-      { title: "Found", cell: (d) => (d.found === null || d.found === undefined ? "—" : String(d.found)), class: "num" },
+      { title: "Found", cell: (d) => orDash(d.found), class: "num" },
       { title: "Error", cell: (d) => (d.error ? h("span", { class: "wrap error-text" }, d.error) : "—") },
       { title: "Reported", cell: (d) => time(d.reported_at) },
       {
@@ -169,12 +169,12 @@ function driversTable(drivers) {
         cell: (d) =>
           d.desired
             ? `${d.desired.enabled === false ? "disabled" : "enabled"} (${d.desired.scope}` +
-              `${d.desired.generation === null || d.desired.generation === undefined ? "" : `, generation ${d.desired.generation}`})`
+              `${orDash(d.desired.generation) === "—" ? "" : `, generation ${d.desired.generation}`})`
             : "—",
       },
       {
         title: "Applied",
-        cell: (d) => (d.observed === null || d.observed === undefined ? "—" : badge(d.observed ? "applied" : "pending")),
+        cell: (d) => (orDash(d.observed) === "—" ? "—" : badge(d.observed ? "applied" : "pending")),
       },
     ],
     drivers,
@@ -242,7 +242,9 @@ function drainActions(host) {
           {
             rule: "exosuit:host:drain",
             danger: true,
-            confirm: `Drain host ${name}? None of its devices takes a new workload (what holds one keeps it), nor will the devices it reports later.`,
+            confirm:
+              `Drain host ${name}? None of its devices takes a new workload (what holds one ` +
+              "keeps it), nor will the devices it reports later.",
           },
         ),
   );
