@@ -262,6 +262,8 @@ def test_host_page_shows_drivers_services_drain_and_generations(server, world, o
     expect(held).to_contain_text(f"consumer {CONSUMER}")
     expect(held.locator(f'[title="{world["claim"]["uuid"]}"]')).to_have_count(1)
     expect(rows_of(page).filter(has_text=world["gpu"]["pci_address"])).to_contain_text("held 1")
+    deployable = card(page, "Deployables").locator("tbody tr")
+    expect(deployable.filter(has_text=world["handle"]["deployable_name"])).to_contain_text("held 1")
     screenshot(page, "host.png")
 
     drained = api_json(server, f"/v2/hosts/{DRAINED}")

@@ -415,7 +415,7 @@ export default {
       healthSection(device, history),
       partitionsSection(device, partitions),
       programmingSection(deployables, programs, histories, images),
-      section("Deployables", deployablesTable(deployables, handles)),
+      section("Deployables", deployablesTable(deployables, handles, { [device.uuid]: device })),
       section("Attach handles", handlesTable(handles, claims, { [device.uuid]: device })),
     ];
   },

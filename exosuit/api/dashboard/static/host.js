@@ -27,12 +27,17 @@ export async function deployablesOf(handles) {
   return found.filter(Boolean);
 }
 
-export function deployablesTable(deployables, handles) {
+// ``devices``: uuid → device, so that each deployable's device shows whether it is free.
+export function deployablesTable(deployables, handles, devices = {}) {
   const of = (d) => handles.filter((a) => a.deployable_uuid === d.uuid);
+  const deviceOf = (d) => {
+    const uuid = (of(d)[0] || {}).device_uuid;
+    return [deviceLink(uuid), devices[uuid] ? [" ", heldBadge(devices[uuid])] : ""];
+  };
   return table(
     [
       { title: "Deployable", cell: (d) => h("span", { class: "wrap" }, d.name) },
-      { title: "Device", cell: (d) => deviceLink((of(d)[0] || {}).device_uuid) },
+      { title: "Device", cell: deviceOf },
       { title: "Resource class", cell: (d) => deployableAttributes(d.attributes_list).rc || "—" },
       {
         title: "Traits",
@@ -272,6 +277,7 @@ export default {
   },
   render({ host, devices, handles, drivers, services, deployables, claims }) {
     const inUse = handles.filter((a) => a.in_use).length;
+    const byUuid = Object.fromEntries(devices.map((d) => [d.uuid, d]));
     return [
       section(
         "Report",
@@ -298,8 +304,8 @@ export default {
       section("Devices", devicesTable(devices, { withHost: false })),
       section("Drivers", driversTable(drivers.filter((d) => d.hostname === host.hostname))),
       section("Services", servicesTable(services)),
-      section("Deployables", deployablesTable(deployables, handles)),
-      section("Attach handles", handlesTable(handles, claims, Object.fromEntries(devices.map((d) => [d.uuid, d])))),
+      section("Deployables", deployablesTable(deployables, handles, byUuid)),
+      section("Attach handles", handlesTable(handles, claims, byUuid)),
     ];
   },
 };
