@@ -210,6 +210,7 @@ def test_claims_page_lists_filters_and_shows_a_claim_with_its_devices(server, cl
     expect(row_of(page, claim["uuid"])).to_have_count(0)
     # The consumer filter, through the form: its field in the address.
     page.locator("nav.filters").get_by_role("link", name="all", exact=True).click()
+    expect(page.locator("main h1")).to_have_text("Claims")  # drawn anew: its own form
     page.get_by_label("Consumer").fill(claim["consumer"])
     page.get_by_role("button", name="Filter").click()
     expect(page).to_have_url(re.compile(rf"#/claims\?consumer={claim['consumer']}$"))
