@@ -255,8 +255,8 @@ def _replace(
     else:
         of_group = sa.tuple_(*(table.c[k] for k in key)).in_(list(groups))
     there = sa.and_(table.c.tier == OLDER, table.c.at == start, of_group)
-    for row in conn.execute(sa.select(table).where(there)):
-        found = dict(row._mapping)
+    for older in conn.execute(sa.select(table).where(there)):
+        found = dict(older._mapping)
         groups[tuple(found[k] for k in key)].append(found)
     conn.execute(sa.delete(table).where(there))
     merged = []
