@@ -5,6 +5,7 @@ import * as api from "./api.js";
 import { h, badge, facts, hostLink, section, time } from "./dom.js";
 import { action } from "./actions.js";
 import { deployablesOf, deployablesTable, handlesTable } from "./host.js";
+import { deviceUsage, deviceUsageSection } from "./charts.js";
 
 function toggle(device) {
   const enabled = device.status === "enabled";
@@ -36,9 +37,9 @@ export default {
       api.get(`v2/devices/${encodeURIComponent(uuid)}`, "2.10"),
       api.listAll("v2/attach_handles", "attach_handles", { device_uuid: uuid, sort_key: "uuid", sort_dir: "asc" }),
     ]);
-    return { device, handles, deployables: await deployablesOf(handles) };
+    return { device, handles, deployables: await deployablesOf(handles), usage: await deviceUsage(uuid) };
   },
-  render({ device, handles, deployables }) {
+  render({ device, handles, deployables, usage }) {
     return [
       section(
         "Device",
@@ -63,6 +64,7 @@ export default {
       ),
       section("Deployables", deployablesTable(deployables, handles)),
       section("Attach handles", handlesTable(handles)),
+      deviceUsageSection(usage),
     ];
   },
 };

@@ -6,6 +6,7 @@ import * as api from "./api.js";
 import { h, age, badge, counts, hostLink, link, section, table } from "./dom.js";
 import { devicesTable, placement } from "./host.js";
 import { jobsTable } from "./jobs.js";
+import { fleetAllocation, fleetAllocationSection } from "./charts.js";
 
 const SHOWN = 200;
 const JOB_STATES = ["pending", "running", "failed", "succeeded"];
@@ -52,15 +53,16 @@ export default {
   menu: "Fleet",
   title: () => "Fleet",
   async load() {
-    const [summary, hosts, devices, failed] = await Promise.all([
+    const [summary, hosts, devices, failed, allocation] = await Promise.all([
       api.get("v2/summary"),
       api.list("v2/hosts", "hosts", { limit: SHOWN }),
       api.list("v2/devices", "devices", { limit: SHOWN, sort_key: "hostname", sort_dir: "asc" }),
       api.list("v2/jobs", "jobs", { state: "failed", limit: 20 }),
+      fleetAllocation(),
     ]);
-    return { summary, hosts, devices, failed };
+    return { summary, hosts, devices, failed, allocation };
   },
-  render({ summary, hosts, devices, failed }) {
+  render({ summary, hosts, devices, failed, allocation }) {
     const s = summary;
     const jobs = s.jobs.by_state;
     return [
@@ -95,6 +97,7 @@ export default {
         jobsTable(failed.items, "No failed jobs."),
         jobs.failed > failed.items.length ? link("#/jobs?state=failed", `All ${jobs.failed} failed jobs`) : null,
       ),
+      fleetAllocationSection(allocation),
     ];
   },
 };
