@@ -176,7 +176,7 @@ def test_no_history_shows_the_empty_states_and_the_fleet_page_follows(server, op
     expect(held).to_have_count(1)
     _, top, _, height = plot_box(chart.locator("svg"))
     ys = [y for _, y in drawn(held)]
-    scale = 4 * 1.1  # the data's largest value, and a tenth above it
+    scale = 4  # counts: the multiple of 4 at or above the largest value
     assert ys == pytest.approx([top + (1 - h / scale) * height for h in (0, 1, 3, 4)], abs=0.11)
     expect(chart).to_contain_text("held 4 now")
     expect(chart).to_contain_text("free 0 now")

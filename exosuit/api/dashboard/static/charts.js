@@ -51,8 +51,18 @@ export function formatValue(value, unit) {
   return Number.isInteger(value) ? String(value) : value.toFixed(1);
 }
 
-const clock = (ms) =>
-  new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+// A time on the x axis: "14:05", with the day for a window longer than 12 hours.
+const clock = (ms, window) =>
+  new Date(ms).toLocaleString([], { weekday: window > 12 * 3600 ? "short" : undefined, hour: "2-digit", minute: "2-digit" });
+
+// The top of the y axis: ``max`` when given; for counts, a multiple of 4 at or above
+// the largest value (whole numbers on every tick); else a tenth above the largest value.
+function topOf(max, values, unit) {
+  if (max !== undefined) return max;
+  const largest = Math.max(0, ...values);
+  if (unit === "count") return 4 * Math.max(1, Math.ceil(largest / 4));
+  return largest > 0 ? largest * 1.1 : 1;
+}
 
 // A chart: ``series`` [{name, points: [{t: ms, v}], area}] over [now - window, now],
 // the y axis from 0 to ``max`` (the data's largest value when not given) in ``unit``.
@@ -63,7 +73,7 @@ export function lineChart({ title, series, unit, max, window, now = Date.now() }
   const height = HEIGHT - PLOT.top - PLOT.bottom;
   const start = now - window * 1000;
   const values = series.flatMap((s) => s.points.map((p) => p.v));
-  const top = max ?? Math.max(1, ...values) * 1.1;
+  const top = topOf(max, values, unit);
   const x = (t) => PLOT.left + ((t - start) / (now - start)) * width;
   const y = (v) => PLOT.top + (1 - Math.min(Math.max(v, 0), top) / top) * height;
   const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => f * top);
@@ -72,7 +82,7 @@ export function lineChart({ title, series, unit, max, window, now = Date.now() }
     svg("text", { x: PLOT.left - 6, y: y(v) + 4, "text-anchor": "end", "font-size": 12, fill: "currentColor" }, formatValue(v, unit)),
   ]);
   const times = [start, (start + now) / 2, now].map((t, i) =>
-    svg("text", { x: x(t), y: HEIGHT - 10, "text-anchor": ["start", "middle", "end"][i], "font-size": 12, fill: "currentColor" }, clock(t)),
+    svg("text", { x: x(t), y: HEIGHT - 10, "text-anchor": ["start", "middle", "end"][i], "font-size": 12, fill: "currentColor" }, clock(t, window)),
   );
   const drawn = series.map((s, i) => {
     const color = COLORS[i % COLORS.length];
