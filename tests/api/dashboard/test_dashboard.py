@@ -155,6 +155,14 @@ def held_handle(server):
     assert r.status_code == 204, r.text
 
 
+def confirm(page: Page, label: str) -> None:
+    """Press the button named ``label`` in the confirmation dialog an action opens."""
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_be_visible()
+    dialog.get_by_role("button", name=label, exact=True).click()
+    expect(dialog).to_have_count(0)
+
+
 def tile(page: Page, title: str):
     """The fleet page's tile whose heading is ``title``."""
     return page.locator("section.tile").filter(
@@ -373,6 +381,7 @@ def test_a_manager_clicking_disable_is_refused_and_nothing_changes(server, open_
     page = open_page(dashboard(server, f"/devices/{device['uuid']}"), headers=MANAGER)
 
     page.get_by_role("button", name="Disable").click()
+    confirm(page, "Disable")
 
     notice = page.locator("#notice")
     expect(notice).to_contain_text("Disable refused (HTTP 403)")
@@ -422,11 +431,13 @@ def test_an_admin_disables_and_enables_a_device(server, open_page):
     facts = card(page, "Device")
 
     facts.get_by_role("button", name="Disable").click()
+    confirm(page, "Disable")
     expect(page.locator("#notice")).to_contain_text("is disabled")
     expect(facts).to_contain_text("maintaining")
     assert api_json(server, f"/v2/devices/{device['uuid']}")["status"] == "maintaining"
 
     facts.get_by_role("button", name="Enable").click()
+    confirm(page, "Enable")
     expect(page.locator("#notice")).to_contain_text("is enabled")
     expect(facts.get_by_role("button", name="Disable")).to_be_visible()
     assert api_json(server, f"/v2/devices/{device['uuid']}")["status"] == "enabled"
