@@ -69,6 +69,7 @@ from exosuit.api.handlers import (
     servers,
     services,
     summary,
+    usage_history,
 )
 
 __all__ = [
@@ -130,6 +131,7 @@ DESCRIBED: tuple[ModuleType, ...] = (
     jobs,
     audit,
     summary,
+    usage_history,
     images,
     agent,
     agent_arqs,

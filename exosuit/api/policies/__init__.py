@@ -33,6 +33,7 @@ from exosuit.api.policies import (
     servers,
     services,
     summary,
+    usage_history,
 )
 
 __all__ = ["list_rules", "make_enforcer"]
@@ -60,6 +61,7 @@ def list_rules() -> list[policy.RuleDefault]:
             partitions.list_rules(),
             audit.list_rules(),
             servers.list_rules(),
+            usage_history.list_rules(),
         )
     )
 
