@@ -103,7 +103,11 @@ def _plan(
         return None
     if any(name not in table.c for name in columns):
         return None
-    processors = tuple(table.c[name].type.bind_processor(dialect) for name in columns)
+    # NOTE: the type's implementation for this dialect (a with_variant type's variant,
+    # SQLite's DateTime with its storage format): the generic type's processor would let
+    # the driver format a datetime its own way ('… 12:00:00', not '… 12:00:00.000000'),
+    # and SQLite compares the text.
+    processors = tuple(_processor(table.c[name].type, dialect) for name in columns)
     names = list(columns)
     extra: list[Any] = []
     for column in table.columns:
@@ -112,10 +116,16 @@ def _plan(
         default = column.default
         if not isinstance(default, sa.ColumnDefault) or not default.is_scalar:
             return None
-        process = column.type.bind_processor(dialect)
+        process = _processor(column.type, dialect)
         names.append(column.name)
         extra.append(process(default.arg) if process is not None else default.arg)
     return tuple(names), processors, tuple(extra)
+
+
+def _processor(type_: Any, dialect: Dialect) -> Processor:
+    """The bind processor of ``type_`` as ``dialect`` implements it."""
+    processor: Processor = type_.dialect_impl(dialect).bind_processor(dialect)
+    return processor
 
 
 @functools.lru_cache(maxsize=512)

@@ -67,3 +67,21 @@ def test_ids_come_back_in_the_rows_order_across_pages(database):
 def test_nothing_to_insert_is_no_statement(database):
     with database.writer() as conn:
         assert bulk.insert_rows(conn, devices, [], ids=True) == []
+
+
+def test_a_whole_second_is_found_by_sqls_own_comparison(database):
+    """A datetime on a whole second is stored as SQLAlchemy stores it (SQLite keeps text:
+    '… 01:02:03.000000', not the driver's '… 01:02:03'), so ``==`` and ranges in SQL
+    find the bulk-inserted rows as they find the others."""
+    second = dt.datetime(2026, 11, 26, 1, 2, 3)
+    with database.writer() as conn:
+        bulk.insert_rows(conn, devices, _rows(3, "second-bulk"))
+        conn.execute(sa.insert(devices), _rows(3, "second-orm"))
+    query = (
+        sa.select(devices.c.hostname, sa.func.count())
+        .where(devices.c.health_since == second, devices.c.hostname.like("second-%"))
+        .group_by(devices.c.hostname)
+    )
+    with database.reader() as conn:
+        found = dict(conn.execute(query).all())
+    assert found == {"second-bulk": 2, "second-orm": 2}
