@@ -20,6 +20,7 @@ held every thread of exosuit serve (issue 24). Here (doc/limits.md, "Slow client
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import socket
 import threading
@@ -201,12 +202,18 @@ class GuardedConnection(cheroot_server.HTTPConnection):
         are all here (or too many to wait for), and its body too when it has a length of
         at most ``read_ahead`` bytes; False: more to wait for; None: the client left, or
         its time is up (answered 408)."""
+        # NOTE: not MSG_DONTWAIT alone: Python waits for a socket with a timeout to be
+        # readable before it reads, flags or not.
+        self.socket.settimeout(0)
         try:
-            data = self.socket.recv(65536, socket.MSG_DONTWAIT)
+            data = self.socket.recv(65536)
         except BlockingIOError:
             data = None
         except OSError:
             return None
+        finally:
+            with contextlib.suppress(OSError):
+                self.socket.settimeout(self.server.timeout)
         if data == b"":
             return None
         now = time.monotonic()
