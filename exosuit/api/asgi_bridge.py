@@ -13,6 +13,7 @@ refuses it from its Content-Length (413), as it does under any server.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import io
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
@@ -51,14 +52,15 @@ class WsgiOverAsgi:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.body_timeout
-        body = await self._body(scope, receive, deadline)
-        if body is None:
+        read = await self._body(scope, receive, deadline)
+        if read is None:
             await _refuse(send, 408, _timeout_message(self.body_timeout))
             return
-        whole = len(body) <= self.max_body
+        body, whole = read
         environ = _environ(scope, body, whole=whole)
         if not whole:  # the rest streams (an image upload)
-            environ["wsgi.input"] = io.BufferedReader(_Streamed(body, receive, loop, deadline))
+            streamed = _Streamed(body, receive, loop, deadline, self.body_timeout, self.max_body)
+            environ["wsgi.input"] = io.BufferedReader(streamed)
         started, chunks = await loop.run_in_executor(self.pool, self._start, environ)
         status, headers = started
         await send(
@@ -81,15 +83,17 @@ class WsgiOverAsgi:
                 await loop.run_in_executor(self.pool, close)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _body(self, scope: Scope, receive: Receive, deadline: float) -> bytes | None:
-        """The body (None: it did not arrive by ``deadline``). One announced larger than
-        ``max_body`` is not read here: the application refuses it from its length (413),
-        or streams it (an image upload: its reads hold a thread, until the deadline at
-        most). One of unknown length is read up to one byte past ``max_body``, the rest
-        streamed."""
+    async def _body(
+        self, scope: Scope, receive: Receive, deadline: float
+    ) -> tuple[bytes, bool] | None:
+        """The body, and whether it is whole (None: it did not arrive by ``deadline``).
+        One announced larger than ``max_body`` is not read here: the application refuses
+        it from its length (413), or streams it (an image upload: its reads hold a thread,
+        each ``max_body`` bytes earning ``body_timeout`` more). One of unknown length is
+        read up to one byte past ``max_body``, the rest streamed."""
         length = _header(scope, b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            return b""
+            return b"", False
         body = bytearray()
         loop = asyncio.get_running_loop()
         more = True
@@ -102,7 +106,7 @@ class WsgiOverAsgi:
                 return None
             body += message.get("body", b"")
             more = bool(message.get("more_body", False))
-        return bytes(body)
+        return bytes(body), not more
 
     def _start(
         self, environ: dict[str, Any]
@@ -128,12 +132,23 @@ class _Streamed(io.RawIOBase):
     failing (TimeoutError: the application's 408) past the body's deadline."""
 
     def __init__(
-        self, first: bytes, receive: Receive, loop: asyncio.AbstractEventLoop, deadline: float
+        self,
+        first: bytes,
+        receive: Receive,
+        loop: asyncio.AbstractEventLoop,
+        deadline: float,
+        timeout: float,
+        unit: int,
     ) -> None:
         self.buffer = bytearray(first)
         self.receive = receive
         self.loop = loop
+        # Each ``unit`` bytes received earn ``timeout`` more: an image upload goes on at
+        # least that fast, however large (doc/limits.md).
         self.deadline = deadline
+        self.timeout = timeout
+        self.unit = unit
+        self.received = 0
         self.more = True
 
     def readable(self) -> bool:
@@ -144,7 +159,9 @@ class _Streamed(io.RawIOBase):
             left = self.deadline - self.loop.time()
             if left <= 0:
                 raise TimeoutError("timed out")
-            future = asyncio.run_coroutine_threadsafe(self.receive(), self.loop)
+            future: concurrent.futures.Future[Message] = asyncio.run_coroutine_threadsafe(
+                _received(self.receive), self.loop
+            )
             try:
                 message = future.result(timeout=left)
             except TimeoutError:
@@ -152,12 +169,21 @@ class _Streamed(io.RawIOBase):
                 raise
             if message["type"] == "http.disconnect":
                 raise ConnectionResetError("the client left")
-            self.buffer += message.get("body", b"")
+            chunk = message.get("body", b"")
+            self.buffer += chunk
             self.more = bool(message.get("more_body", False))
+            self.received += len(chunk)
+            while self.received >= self.unit:
+                self.received -= self.unit
+                self.deadline += self.timeout
         size = min(len(target), len(self.buffer))
         target[:size] = self.buffer[:size]
         del self.buffer[:size]
         return size
+
+
+async def _received(receive: Receive) -> Message:
+    return await receive()
 
 
 class _Chunks:

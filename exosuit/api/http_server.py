@@ -9,8 +9,9 @@ held every thread of exosuit serve (issue 24). Here (doc/limits.md, "Slow client
   and must all be there within ``header_timeout`` of the first byte (else 408, closed);
 - its body must arrive within ``body_timeout`` of its headers (else 408, closed). A body
   of at most ``read_ahead`` bytes (``[api] max_body_size``: every body of /v2) is read
-  ahead the same way, holding no worker; a larger one (the agent API's) is read by the
-  worker, whose reads fail past that time: it holds a worker that long at most;
+  ahead the same way, holding no worker; a larger one (the agent API's, an image) is read
+  by the worker, each ``read_ahead`` bytes earning ``body_timeout`` more, its reads
+  failing past that time: a trickle holds a worker ``body_timeout`` at most;
 - a client address has at most ``max_client_connections`` open connections and the
   server ``max_connections`` in all: one more is answered 503 and closed at once;
 - a body the application did not read (it refused the request) is not read afterwards
@@ -115,7 +116,16 @@ class _DeadlineSocket:
             timeout = min(timeout, left)
         self._sock.settimeout(timeout)
         try:
-            return self._sock.recv_into(buffer, nbytes, flags)
+            size = self._sock.recv_into(buffer, nbytes, flags)
+            if conn.deadline is not None and conn.in_body:
+                # Each read_ahead bytes of a large body earn body_timeout more: an image
+                # upload goes on at least that fast, however large (doc/limits.md).
+                guards = conn.server.guards
+                conn.body_read += size
+                if conn.body_read >= guards.read_ahead:
+                    conn.body_read -= guards.read_ahead
+                    conn.deadline += guards.body_timeout
+            return size
         except TimeoutError:
             conn.timed_out = True
             raise TimeoutError("timed out") from None
@@ -141,6 +151,8 @@ class GuardedRequest(cheroot_server.HTTPRequest):
             conn.deadline = time.monotonic() + guards.header_timeout
         super().parse_request()
         conn.deadline = time.monotonic() + guards.body_timeout
+        conn.in_body = True
+        conn.body_read = 0
 
     def send_headers(self) -> None:
         # NOTE: cheroot reads the rest of a body the application left unread, to keep
@@ -183,6 +195,10 @@ class GuardedConnection(cheroot_server.HTTPConnection):
         # progress (headers, then body); whether a read missed it.
         self.ahead = bytearray()
         self.deadline: float | None = None
+        # Whether the request reader reads a body, and how much of it since its deadline
+        # was last moved.
+        self.in_body = False
+        self.body_read = 0
         self.timed_out = False
         # Where the body read ahead ends in ``ahead`` (-1: it is not read ahead).
         self.body_end: int | None = None
@@ -196,6 +212,7 @@ class GuardedConnection(cheroot_server.HTTPConnection):
             return bool(super().communicate())  # type: ignore[no-untyped-call]
         finally:
             self.deadline = None  # until the next request's first byte
+            self.in_body = False
 
     def read_ahead(self) -> bool | None:
         """Read what has arrived, without blocking. True: the request line and headers

@@ -233,3 +233,29 @@ def test_a_gzip_transfer_coding_gets_the_apis_error_format(serve):
     assert status.startswith(b"HTTP/1.1 501"), status
     assert fault["code"] == "exosuit.request.transfer_encoding"
     assert "only chunked" in fault["faultstring"]
+
+
+def test_an_image_larger_than_every_body_limit_still_uploads(url):
+    """What is not read ahead (40 MiB: over the largest body limit) streams to the
+    application, each MiB earning more time."""
+    import hashlib
+    import os
+
+    headers = {"Content-Type": "application/json", "OpenStack-API-Version": "accelerator 2.6"}
+    create = urllib.request.Request(
+        url + "/v2/images", json.dumps({"name": "big", "format": "gbs"}).encode(), headers
+    )
+    with urllib.request.urlopen(create, timeout=CLIENT_TIMEOUT) as response:
+        image = json.loads(response.read())["uuid"]
+    data = os.urandom(40 * MiB)
+    upload = urllib.request.Request(
+        f"{url}/v2/images/{image}/file",
+        data,
+        {**headers, "Content-Type": "application/octet-stream"},
+        method="PUT",
+    )
+    with urllib.request.urlopen(upload, timeout=120) as response:
+        assert response.status == 204
+    download = urllib.request.Request(f"{url}/v2/images/{image}/file", headers=headers)
+    with urllib.request.urlopen(download, timeout=120) as response:
+        assert hashlib.sha256(response.read()).digest() == hashlib.sha256(data).digest()
