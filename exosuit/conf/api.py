@@ -194,23 +194,23 @@ OPTIONS: list[cfg.Opt] = [
         min=1.0,
         help="Seconds a request's line and headers may take to arrive, from its first "
         "byte; a slower one is answered 408 and its connection closed (exosuit serve; "
-        "granian's header read timeout in exosuit-api; gunicorn's timeout bounds it there).",
+        "granian's header read timeout in exosuit-api; gunicorn does not bound it).",
     ),
     cfg.FloatOpt(
         "body_timeout",
         default=60.0,
         min=1.0,
-        help="Seconds a request's body may take to arrive, from its headers; a slower one "
+        help="Seconds a request's body may take to arrive, from its headers, and again for "
+        "each further max_body_size bytes of a larger one (an image upload); a slower one "
         "is cut off (408, connection closed), so that it holds a server thread no longer "
-        "(exosuit serve, and exosuit-api under any server).",
+        "(exosuit serve, and exosuit-api under granian).",
     ),
     cfg.IntOpt(
         "max_connections",
         default=1000,
         min=1,
-        help="Open connections exosuit serve keeps at most (and each gunicorn worker of "
-        "exosuit-api); one more is answered 503 and closed. Below the process's open "
-        "files limit.",
+        help="Open connections exosuit serve keeps at most; one more is answered 503 and "
+        "closed. Below the process's open files limit.",
     ),
     cfg.IntOpt(
         "max_client_connections",
