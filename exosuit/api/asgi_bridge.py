@@ -70,6 +70,10 @@ class WsgiOverAsgi:
                 "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers],
             }
         )
+        if isinstance(chunks, list):  # the whole body, collected by the thread
+            body = b"".join(chunks)
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+            return
         try:
             while True:
                 chunk = await loop.run_in_executor(self.pool, next, chunks, _DONE)
@@ -110,8 +114,9 @@ class WsgiOverAsgi:
 
     def _start(
         self, environ: dict[str, Any]
-    ) -> tuple[tuple[str, list[tuple[str, str]]], Iterator[bytes]]:
-        """Call the application (in a pool thread) until it has started its response."""
+    ) -> tuple[tuple[str, list[tuple[str, str]]], Iterator[bytes] | list[bytes]]:
+        """Call the application (in a pool thread) until it has started its response: its
+        body's chunks then, when it gave them all at once, else their iterator."""
         started: list[tuple[str, list[tuple[str, str]]]] = []
 
         def start_response(
@@ -121,6 +126,13 @@ class WsgiOverAsgi:
             return lambda data: None  # the write() callable: no Exosuit code uses it
 
         result: Iterable[bytes] = self.app(environ, start_response)
+        if isinstance(result, list | tuple) and started:
+            # A body sent whole (webob's): no more hops to the pool for it.
+            whole = list(result)
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+            return started[0], whole
         chunks = _Chunks(result)
         if not started:  # a streamed body starts its response with its first chunk
             chunks.first = next(chunks.inner, b"")

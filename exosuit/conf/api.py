@@ -212,6 +212,25 @@ OPTIONS: list[cfg.Opt] = [
         help="Open connections exosuit serve keeps at most; one more is answered 503 and "
         "closed. Below the process's open files limit.",
     ),
+    cfg.StrOpt(
+        "granian_interface",
+        default="asgi",
+        choices=[
+            (
+                "asgi",
+                "Each request's body is read by granian's event loop before a thread runs "
+                "the application (exosuit/api/asgi_bridge.py): a slow client holds no "
+                "thread.",
+            ),
+            (
+                "wsgi",
+                "granian's WSGI interface: somewhat cheaper per request, but a request "
+                "holds a thread while its body arrives. Behind a proxy that buffers "
+                "requests (nginx, HAProxy) only.",
+            ),
+        ],
+        help="How exosuit-api's granian runs the WSGI application ([api] server = granian).",
+    ),
     cfg.IntOpt(
         "max_client_connections",
         default=100,
@@ -284,6 +303,7 @@ class ApiSettings:
     header_timeout: float
     body_timeout: float
     max_connections: int
+    granian_interface: str
     max_client_connections: int
     program_wait: int
     report_age_resolution: float
@@ -320,6 +340,7 @@ class ApiSettings:
             header_timeout=float(group.header_timeout),
             body_timeout=float(group.body_timeout),
             max_connections=int(group.max_connections),
+            granian_interface=str(group.granian_interface),
             max_client_connections=int(group.max_client_connections),
             program_wait=int(group.program_wait),
             report_age_resolution=float(group.report_age_resolution),
