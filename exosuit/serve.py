@@ -31,6 +31,7 @@ from exosuit.agent.reporter import Reporter, ReportOutcome
 from exosuit.agent.service import Agent
 from exosuit.agent.transport import WsgiSession
 from exosuit.api.deploy import NoAuthMiddleware, loadapp, make_database
+from exosuit.api.http_server import GuardedServer, Guards
 from exosuit.conductor.worker import Conductor
 from exosuit.conf import (
     AgentSettings,
@@ -178,7 +179,7 @@ def serve(
 def _listen(host: str, port: int, api: ApiSettings) -> cheroot_wsgi.Server:
     """A server bound to (host, port), its application set later; SystemExit naming the
     option that picks another port when that one is taken."""
-    server = cheroot_wsgi.Server(
+    server = GuardedServer(
         (host, port),
         None,
         numthreads=max(4, api.threads),
@@ -186,6 +187,15 @@ def _listen(host: str, port: int, api: ApiSettings) -> cheroot_wsgi.Server:
         # cheroot's default backlog is 5: a burst of clients got connection resets.
         request_queue_size=api.backlog,
         shutdown_timeout=api.shutdown_timeout,
+        # Slow clients hold no thread while their headers trickle in, and a body
+        # that trickles holds one body_timeout at most (exosuit/api/http_server.py).
+        guards=Guards(
+            header_timeout=api.header_timeout,
+            body_timeout=api.body_timeout,
+            max_connections=api.max_connections,
+            max_client_connections=api.max_client_connections,
+            read_ahead=api.max_body_size,
+        ),
     )
     error = port_check.taken(host, port)
     if error is not None:

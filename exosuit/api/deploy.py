@@ -88,6 +88,17 @@ def _routable_path(req: wsgi.Request) -> str:
     return router.normalize_path(path)
 
 
+def _check_transfer_encoding(environ: WSGIEnvironment) -> None:
+    """501 for a body in a transfer coding other than chunked (gzip, deflate …), which no
+    server decodes for the application (exosuit serve's refuses it before:
+    exosuit/api/http_server.py, in the same words)."""
+    codings = environ.get("HTTP_TRANSFER_ENCODING")
+    if codings is not None and any(
+        c.strip().lower() not in ("chunked", "") for c in codings.split(",")
+    ):
+        raise wsgi.ApiError(501, *wsgi.UNSUPPORTED_TRANSFER_CODING)
+
+
 def _not_found(req: wsgi.Request) -> wsgi.ApiError:
     return wsgi.ApiError(
         404, f"The resource {req.path_info} could not be found.", "exosuit.not_found"
@@ -146,6 +157,7 @@ class Application:
         version = None
         versioned = False
         try:
+            _check_transfer_encoding(environ)
             path = _routable_path(req)
             found = self.router.match(path)
             if found is None:
@@ -194,7 +206,10 @@ class Application:
                     "exosuit.internal",
                 )
             elif isinstance(error, exceptions.ExosuitError) or api_error.status >= 500:
-                LOG.info("%s %s: %s", req.method, _raw_path(environ), api_error.message)
+                # One line per refusal, even when the database's words span several (a
+                # PostgreSQL outage's do): a log reader greps lines.
+                message = " ".join(api_error.message.split())
+                LOG.info("%s %s: %s", req.method, _raw_path(environ), message)
             response = wsgi.error_response(api_error)
         if versioned:
             response.headerlist.extend(microversion.response_headers(version))

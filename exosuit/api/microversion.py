@@ -86,9 +86,11 @@ def parse(headers: MutableMapping[str, str]) -> Version:
             f"The supported version range is: [{MIN_VERSION}, {MAX_VERSION}]."
         ) from None
     if version.major != MIN_VERSION.major:
+        # NOTE: Cyborg (and microversion-parse's own words) said "Mutually exclusive
+        # versions requested" here, which names nothing the caller did.
         raise VersionNotAcceptable(
-            f"Mutually exclusive versions requested. Version {version} requested but not "
-            f"supported by this service. The supported version range is: "
+            f"Version {version} was requested but this service has no major version "
+            f"{version.major}, only {MIN_VERSION.major}. The supported version range is: "
             f"[{MIN_VERSION}, {MAX_VERSION}]."
         )
     if not MIN_VERSION <= version <= MAX_VERSION:

@@ -49,7 +49,9 @@ __all__ = [
     "Response",
     "encode_json",
     "encoded_json_response",
+    "error_body",
     "error_response",
+    "excerpt",
     "extract_json",
     "format_time",
     "json_response",
@@ -230,13 +232,41 @@ def encoded_json_response(
 
 
 def error_response(error: ApiError) -> webob.Response:
+    return encoded_json_response(
+        error.status, error_body(error.status, error.message, error.code), error.headers
+    )
+
+
+def error_body(status: int, message: str, code: str) -> bytes:
+    """The encoded body of an error: Cyborg's envelope holding the JSON fault. The message
+    is cut to ``MAX_MESSAGE`` characters (marked): an error never repeats a whole request
+    (exosuit serve's HTTP server writes its own refusals with it too)."""
     fault = {
-        "faultstring": error.message,
-        "faultcode": "Server" if error.status >= 500 else "Client",
+        "faultstring": excerpt(message, MAX_MESSAGE),
+        "faultcode": "Server" if status >= 500 else "Client",
         "debuginfo": None,
-        "code": error.code,
+        "code": code,
     }
-    return json_response(error.status, {"error_message": json.dumps(fault)}, error.headers)
+    return encode_json({"error_message": json.dumps(fault)})
+
+
+# A body in a transfer coding no server decodes for the application (gzip …): 501.
+UNSUPPORTED_TRANSFER_CODING = (
+    "The request's Transfer-Encoding is not supported: only chunked is.",
+    "exosuit.request.transfer_encoding",
+)
+
+# The longest message an error carries, and the longest excerpt of a value it quotes.
+MAX_MESSAGE = 2048
+MAX_QUOTE = 200
+
+
+def excerpt(text: str, limit: int = MAX_QUOTE) -> str:
+    """``text`` itself when at most ``limit`` characters, else its start and a mark saying
+    how long the whole was."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [cut: {len(text)} characters in all]"
 
 
 def extract_json(req: BaseRequest, schema: JSONObject | None = None) -> Any:
@@ -353,22 +383,67 @@ def _validators(schema: JSONObject) -> _Validators:
 
 
 def validate(data: Any, schema: JSONObject) -> None:
+    """400 naming where ``data`` breaks ``schema`` and how, quoting at most an excerpt of
+    the value (a refusal costs little and says little more than why)."""
     fast, validator = _validators(schema)
     try:
         fast(data)
         return
     except fastjsonschema.JsonSchemaValueException as fast_error:
-        error = jsonschema.exceptions.best_match(validator.iter_errors(data))
-        if error is None:  # the two disagree: trust the stricter one
+        # NOTE: jsonschema explains best, but it writes the whole failing value into each
+        # error (a repr) and best_match reads every error: on a 30 MiB array that took
+        # minutes. A large body gets fastjsonschema's words (which never quote a value).
+        error = None
+        if _small(data):
+            error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+        if error is None:  # a large body, or the two disagree: the first failure found
+            where = "/".join(str(p) for p in fast_error.path[1:]) or "(body)"
+            how = fast_error.message.removeprefix(f"{fast_error.name} ")
             raise ApiError(
-                400, f"Invalid request body: {fast_error.message}", "exosuit.body.invalid"
+                400, f"Invalid request body at {where}: {excerpt(how)}", "exosuit.body.invalid"
             ) from None
     where = "/".join(str(p) for p in error.absolute_path) or "(body)"
     raise ApiError(
         400,
-        f"Invalid request body at {where}: {error.message}",
+        f"Invalid request body at {where}: {_quoting_excerpt(error)}",
         "exosuit.body.invalid",
     )
+
+
+# A body jsonschema explains: at most this many values, and this many characters of strings.
+_SMALL_VALUES = 20000
+_SMALL_CHARACTERS = 256 * 1024
+
+
+def _small(data: Any) -> bool:
+    """Whether ``data`` is small enough for jsonschema's explanations (a walk that stops
+    at the bounds)."""
+    stack = [data]
+    values = characters = 0
+    while stack:
+        item = stack.pop()
+        values += 1
+        if isinstance(item, str):
+            characters += len(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        if values > _SMALL_VALUES or characters > _SMALL_CHARACTERS:
+            return False
+    return True
+
+
+def _quoting_excerpt(error: jsonschema.exceptions.ValidationError) -> str:
+    """jsonschema's message, the value it quotes cut to an excerpt."""
+    message = error.message
+    if len(message) <= MAX_QUOTE:
+        return message
+    quoted = repr(error.instance)
+    if len(quoted) > MAX_QUOTE and quoted in message:
+        message = message.replace(quoted, excerpt(quoted))
+    return excerpt(message, MAX_MESSAGE // 2)
 
 
 def is_uuid_like(value: str) -> bool:

@@ -121,15 +121,27 @@ def _run_granian(api: ApiSettings, config_files: list[str], workers: int) -> Non
     """Granian's workers import exosuit.wsgi, which reads EXOSUIT_CONFIG_FILE."""
     from granian import Granian
     from granian.constants import Interfaces
+    from granian.http import HTTP1Settings
 
     os.environ["EXOSUIT_CONFIG_FILE"] = os.pathsep.join(os.path.abspath(f) for f in config_files)
+    asgi = api.granian_interface == "asgi"
     Granian(
-        "exosuit.wsgi:application",
+        # NOTE: the ASGI interface, not granian's WSGI one: there a request held one of
+        # the worker's threads while its body trickled in (issue 24). Through the bridge
+        # the worker's event loop reads the body, within [api] body_timeout, and then one
+        # of [api] threads runs the application (exosuit/api/asgi_bridge.py).
+        # [api] granian_interface = wsgi keeps granian's WSGI interface (behind a proxy
+        # that buffers requests).
+        "exosuit.wsgi:asgi_application" if asgi else "exosuit.wsgi:application",
         address=api.host_ip,
         port=api.port,
-        interface=Interfaces.WSGI,
+        interface=Interfaces.ASGI if asgi else Interfaces.WSGI,
         workers=workers,
-        blocking_threads=api.threads,
+        # Under ASGI, [api] threads are the bridge's (granian allows itself one there).
+        blocking_threads=1 if asgi else api.threads,
+        # Headers must arrive within [api] header_timeout (granian reads them without a
+        # thread; this bounds how long a connection may take).
+        http1_settings=HTTP1Settings(header_read_timeout=int(api.header_timeout * 1000)),
         websockets=False,
         respawn_failed_workers=True,
         log_access=False,

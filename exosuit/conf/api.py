@@ -187,6 +187,58 @@ OPTIONS: list[cfg.Opt] = [
         help="On SIGTERM, seconds the API lets requests in progress finish before it stops "
         "anyway (exosuit-api's workers and exosuit serve).",
     ),
+    # Slow and greedy clients (doc/limits.md, "Slow clients").
+    cfg.FloatOpt(
+        "header_timeout",
+        default=10.0,
+        min=1.0,
+        help="Seconds a request's line and headers may take to arrive, from its first "
+        "byte; a slower one is answered 408 and its connection closed (exosuit serve; "
+        "granian's header read timeout in exosuit-api; gunicorn does not bound it).",
+    ),
+    cfg.FloatOpt(
+        "body_timeout",
+        default=60.0,
+        min=1.0,
+        help="Seconds a request's body may take to arrive, from its headers, and again for "
+        "each further max_body_size bytes of a larger one (an image upload); a slower one "
+        "is cut off (408, connection closed), so that it holds a server thread no longer "
+        "(exosuit serve, and exosuit-api under granian).",
+    ),
+    cfg.IntOpt(
+        "max_connections",
+        default=1000,
+        min=1,
+        help="Open connections exosuit serve keeps at most; one more is answered 503 and "
+        "closed. Below the process's open files limit.",
+    ),
+    cfg.StrOpt(
+        "granian_interface",
+        default="asgi",
+        choices=[
+            (
+                "asgi",
+                "Each request's body is read by granian's event loop before a thread runs "
+                "the application (exosuit/api/asgi_bridge.py): a slow client holds no "
+                "thread.",
+            ),
+            (
+                "wsgi",
+                "granian's WSGI interface: somewhat cheaper per request, but a request "
+                "holds a thread while its body arrives. Behind a proxy that buffers "
+                "requests (nginx, HAProxy) only.",
+            ),
+        ],
+        help="How exosuit-api's granian runs the WSGI application ([api] server = granian).",
+    ),
+    cfg.IntOpt(
+        "max_client_connections",
+        default=100,
+        min=1,
+        help="Open connections exosuit serve keeps at most from one client address; one "
+        "more is answered 503 and closed. Behind a proxy every client has its address: "
+        "raise it there.",
+    ),
     cfg.IntOpt(
         "program_wait",
         default=120,
@@ -248,6 +300,11 @@ class ApiSettings:
     max_ops_per_arq: int
     backlog: int
     shutdown_timeout: int
+    header_timeout: float
+    body_timeout: float
+    max_connections: int
+    granian_interface: str
+    max_client_connections: int
     program_wait: int
     report_age_resolution: float
     discovery_rate: int
@@ -280,6 +337,11 @@ class ApiSettings:
             max_ops_per_arq=int(group.max_ops_per_arq),
             backlog=int(group.backlog),
             shutdown_timeout=int(group.shutdown_timeout),
+            header_timeout=float(group.header_timeout),
+            body_timeout=float(group.body_timeout),
+            max_connections=int(group.max_connections),
+            granian_interface=str(group.granian_interface),
+            max_client_connections=int(group.max_client_connections),
             program_wait=int(group.program_wait),
             report_age_resolution=float(group.report_age_resolution),
             discovery_rate=int(group.discovery_rate),

@@ -23,10 +23,13 @@ def _call(url, method="GET", body=None):
         return response.status, json.loads(response.read() or b"null")
 
 
-@pytest.mark.parametrize("server", ["granian", "gunicorn"])
+@pytest.mark.parametrize("server", ["granian", "granian-wsgi", "gunicorn"])
 def test_exosuit_api_serves_and_stops(server, tmp_path):
     db_url = f"sqlite:///{tmp_path}/api.sqlite"
-    with api_server(db_url, workers=2, threads=2, extra=f"server = {server}\n") as (url, proc):
+    # granian-wsgi: [api] granian_interface = wsgi (granian's own WSGI interface).
+    extra = "server = granian\ngranian_interface = wsgi\n" if server == "granian-wsgi" else ""
+    extra = extra or f"server = {server}\n"
+    with api_server(db_url, workers=2, threads=2, extra=extra) as (url, proc):
         status, version = _call(url + "/v2")
         assert status == 200 and version["max_version"] == VERSIONS[-1]  # pinned elsewhere
         status, answer = _call(
