@@ -22,7 +22,7 @@ export async function loadPermissions() {
   const key = JSON.stringify(api.session.get());
   if (key === permissionsOf) return;
   try {
-    const data = await api.get("v2/permissions");
+    const data = await api.get("v2/permissions", "2.11");
     permissions = data.permissions;
   } catch (error) {
     if (error.status === 401) throw error;

@@ -17,7 +17,13 @@ function toggle(device) {
         ? `Device ${device.uuid} is disabled (maintaining): it takes no new binds.`
         : `Device ${device.uuid} is enabled.`;
     },
-    { danger: enabled },
+    {
+      danger: enabled,
+      rule: `cyborg:device:${verb}`,
+      confirm: enabled
+        ? `Disable device ${device.uuid}? It takes no new binds (what holds it keeps it).`
+        : `Enable device ${device.uuid}? It is offered to new workloads again.`,
+    },
   );
 }
 
