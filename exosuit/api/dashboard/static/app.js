@@ -19,6 +19,7 @@ import arqs from "./arqs.js";
 import jobs from "./jobs.js";
 
 const PAGES = [fleet, host, device, arqs, jobs];
+window.exosuitPages = PAGES.map((p) => p.route); // the registry, for the browser walk (tests/api/dashboard/test_walk.py)
 const REFRESH_MS = 5000;
 
 const main = document.getElementById("page");
