@@ -3,17 +3,20 @@
 The console draws an action's button only when ``GET /v2/permissions`` (2.11) says the
 signed-in caller passes the action's policy rule; the API still judges every click, and
 a refusal is shown as the API words it, whole. A real Keystone runs on loopback
-(tests/helpers/keystone_fixture.py, shared by the run: these tests change none of its
-users or roles); Exosuit's API runs as a real HTTP server with ``[api] auth_strategy =
-keystone`` and a policy file of its own, which a test edits to make a permission the
-page read stale (the API re-reads the file within seconds, as in production).
+(tests/helpers/keystone_fixture.py, shared by the run: the users of USERS are left
+alone; the test that revokes a role makes a user of its own); Exosuit's API runs as a
+real HTTP server with ``[api] auth_strategy = keystone`` and a policy file of its own,
+which a test edits to make a permission the page read stale (the API re-reads the file
+within seconds, as in production).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
+import secrets
 import time
 from pathlib import Path
 
@@ -82,6 +85,8 @@ project_domain_name = Default
 region_name = {REGION}
 service_token_roles = service
 service_token_roles_required = true
+# Every token is validated by Keystone (no cache): a revoked role counts at once.
+token_cache_time = -1
 """)
     return make_conf([str(path)])
 
@@ -111,20 +116,31 @@ def exosuit(keystone, tmp_path_factory):
     db.dispose()
 
 
-def _sign_in(page: Page, keystone: Keystone, name: str) -> None:
+@dataclasses.dataclass(frozen=True)
+class Account:
+    name: str
+    password: str
+    project: str
+
+
+def _account(keystone: Keystone, name: str) -> Account:
     user = keystone.users[name]
+    return Account(user.name, user.password, user.project)
+
+
+def _sign_in(page: Page, account: Account) -> None:
     form = page.locator("form#sign-in")
     expect(form).to_be_visible()
-    form.get_by_label("User name").fill(user.name)
-    form.get_by_label("Password").fill(user.password)
-    form.get_by_label("Project", exact=True).fill(user.project)
+    form.get_by_label("User name").fill(account.name)
+    form.get_by_label("Password").fill(account.password)
+    form.get_by_label("Project", exact=True).fill(account.project)
     form.get_by_role("button", name="Sign in").click()
-    expect(page.locator("#who")).to_contain_text(f"{user.name} · {user.project}")
+    expect(page.locator("#who")).to_contain_text(f"{account.name} · {account.project}")
 
 
-def _device_page(exosuit: Api, open_page, keystone: Keystone, name: str) -> Page:
+def _device_page(exosuit: Api, open_page, keystone: Keystone, name: str | Account) -> Page:
     page = open_page(f"{exosuit.url}/dashboard#/devices/{exosuit.device}")
-    _sign_in(page, keystone, name)
+    _sign_in(page, name if isinstance(name, Account) else _account(keystone, name))
     return page
 
 
@@ -241,3 +257,50 @@ def test_a_stale_permission_shows_the_apis_refusal_whole(exosuit, keystone, open
         assert DISABLE in words
         assert exosuit.status(token) == "enabled"
         expect(card).to_contain_text("enabled")
+
+
+@pytest.fixture
+def temporary_admin(keystone):
+    """A user of its own with the admin role on p1, and the URL of that role assignment
+    (Keystone is shared by the run: its users of USERS are left alone)."""
+    name = f"roles-admin-{secrets.token_hex(4)}"
+    password = secrets.token_hex(8)
+    created = keystone.admin.post(
+        f"{keystone.auth_url}/users",
+        json={"user": {"name": name, "password": password, "domain_id": "default"}},
+    )
+    user_id = created.json()["user"]["id"]
+    grant = (
+        f"{keystone.auth_url}/projects/{keystone.projects['p1']}/users/{user_id}"
+        f"/roles/{keystone.roles['admin']}"
+    )
+    keystone.admin.put(grant)
+    try:
+        yield Account(name, password, "p1"), grant
+    finally:
+        keystone.admin.delete(f"{keystone.auth_url}/users/{user_id}")
+
+
+def test_a_role_revoked_in_keystone_is_refused_at_the_next_click(
+    exosuit, keystone, temporary_admin, open_page
+):
+    """The admin role is taken away in Keystone while the confirmation is open: Keystone
+    revokes the tokens of that assignment, so pressing Disable gets the API's 401, shown
+    whole, and the sign-in form comes back. Nothing changes."""
+    account, grant = temporary_admin
+    page = _device_page(exosuit, open_page, keystone, account)
+    card = _device_card(page)
+    card.get_by_role("button", name="Disable").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_be_visible()
+    token = page.evaluate("JSON.parse(sessionStorage.getItem('exosuit.dashboard.session')).token")
+
+    keystone.admin.delete(grant)
+    refused = exosuit.call("POST", f"/v2/devices/{exosuit.device}/disable", token)
+    assert refused.status_code == 401, refused.text
+    words = refused.json()["error"]["message"]
+
+    dialog.get_by_role("button", name="Disable", exact=True).click()
+    expect(page.locator("#notice > span")).to_have_text(f"Disable refused (HTTP 401): {words}")
+    expect(page.locator("form#sign-in")).to_be_visible()
+    assert exosuit.status(keystone.token("p1-admin")) == "enabled"
