@@ -359,10 +359,16 @@ class ListCommand(ApiCommand, Lister):
             limit=parsed_args.limit,
             keep=self.keep(parsed_args),
         )
+        items = [self.list_item(item) for item in items]
         if parsed_args.formatter == "table":
             wide = bool(getattr(parsed_args, "long", False))
             items = [self.table_item(item, wide) for item in items]
         return names, [cells(item, names, parsed_args.formatter) for item in items]
+
+    def list_item(self, item: dict[str, Any]) -> dict[str, Any]:
+        """An item with the columns this list derives from the API's fields, in every
+        output format (none by default)."""
+        return item
 
     def table_item(self, item: dict[str, Any], long: bool) -> dict[str, Any]:
         """An item as a table row shows it (``long``: --long given): its ``uuid`` as a

@@ -51,12 +51,14 @@ class DeviceList(ListCommand):
     key = "devices"
     nothing = "No devices."
     # Whether a device is free to use at a glance (2.9): its health (held: kept from
-    # every offer), its maintenance (drain, or disabled) and its activation. In a
-    # table the UUID is its first 8 characters (a short id every command accepts; the
-    # whole one with --long or -f json) and the table fits 80 columns.
-    columns = ("uuid", "hostname", "type", "health", "maintenance", "activation")
+    # every offer), its drain (its `maintenance`: draining, drained, or disabled), its
+    # activation and its use (in use while an ARQ or a claim holds one of its attach
+    # handles: `holders`). In a table the UUID is its first 8 characters (a short id every
+    # command accepts; the whole one with --long or -f json) and the table fits 80 columns.
+    columns = ("uuid", "hostname", "type", "health", "drain", "activation", "use")
     # labels (2.10) first of the long ones: -c labels (or --long) shows them.
     long_columns = (
+        "maintenance",
         "model",
         "status",
         "presence",
@@ -111,11 +113,13 @@ class DeviceList(ListCommand):
         )
         return parser
 
+    def list_item(self, item: dict[str, Any]) -> dict[str, Any]:
+        return {**item, "drain": maintenance_text(item), "use": use_text(item)}
+
     def table_item(self, item: dict[str, Any], long: bool) -> dict[str, Any]:
         return {
             **super().table_item(item, long),
             "health": health_text(item.get("health")),
-            "maintenance": maintenance_text(item),
         }
 
     def params(self, parsed_args: argparse.Namespace) -> dict[str, Any]:
@@ -133,6 +137,15 @@ def health_text(health: dict[str, Any] | None) -> str | None:
         return None
     held = " held" if health.get("offered") is False else ""
     return f"{health.get('state') or '?'}{held}"
+
+
+def use_text(device: dict[str, Any]) -> str | None:
+    """``in use`` while an ARQ or a claim holds one of the device's attach handles (its
+    ``holders``, 2.9: who they are in ``device show``), else ``free``; None before 2.9."""
+    holders = device.get("holders")
+    if holders is None:
+        return None
+    return "in use" if holders else "free"
 
 
 def maintenance_text(device: dict[str, Any]) -> str | None:

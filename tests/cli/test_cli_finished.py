@@ -46,6 +46,8 @@ def test_device_list_shows_health_drain_and_activation_within_80_columns(server,
     gpu = next(d for d in devices if d["type"] == "GPU")
     fpga = next(d for d in devices if d["type"] == "FPGA")
     _inject(server, {"nvidia_gpu": {"state": "unhealthy", "reason": "injected: XID 79"}})
+    cli.run("profile", "create", "finished-fpga", "--group", "resources:FPGA=1")
+    claim = cli.json("claim", "create", "--profile", "finished-fpga", "--consumer", "held")
     try:
         _rediscover_until(cli, api, lambda h: h["state"] == "unhealthy")
         cli.run("device", "drain", fpga["uuid"])
@@ -54,21 +56,33 @@ def test_device_list_shows_health_drain_and_activation_within_80_columns(server,
         lines = table.splitlines()
         assert max(len(line) for line in lines) <= 80, table
         header, *rows = _rows(table)
-        assert header == ["uuid", "hostname", "type", "health", "maintenance", "activation"]
+        assert header == [
+            "uuid", "hostname", "type", "health", "drain", "activation", "use"
+        ]  # fmt: skip
         assert len(rows) == len(devices)  # one line each: nothing wrapped
         by_id = {row[0]: row for row in rows}
         assert by_id[gpu["uuid"][:8]][3] == "unhealthy held"
-        assert by_id[fpga["uuid"][:8]][4] == "drained"
+        # Held by the claim, the FPGA is draining (not drained) and in use.
+        assert by_id[fpga["uuid"][:8]][4] == "draining"
         assert by_id[fpga["uuid"][:8]][5] == fpga["activation"]
+        assert by_id[fpga["uuid"][:8]][6] == "in use"
+        assert by_id[gpu["uuid"][:8]][6] == "free"
 
         # The API's values in JSON: the whole UUID, health as an object.
         shown = {d["uuid"]: d for d in cli.json("device", "list")}
         assert shown[gpu["uuid"]]["health"]["state"] == "unhealthy"
         assert shown[gpu["uuid"]]["health"]["offered"] is False
-        assert shown[fpga["uuid"]]["maintenance"] == "drained"
+        assert (shown[fpga["uuid"]]["drain"], shown[fpga["uuid"]]["use"]) == ("draining", "in use")
+        held = cli.json("device", "show", fpga["uuid"])
+        assert held["maintenance"] == "draining"
+        assert [h["claim_uuid"] for h in held["holders"]] == [claim["uuid"]]
+        cli.run("claim", "release", claim["uuid"])
+        assert cli.json("device", "show", fpga["uuid"])["maintenance"] == "drained"
         # --long: the whole UUID in the table too.
         assert gpu["uuid"] in cli.run("device", "list", "--long").stdout
     finally:
+        cli.run("claim", "release", claim["uuid"])
+        cli.run("profile", "delete", "finished-fpga", check=False)
         _inject(server, {})
         _rediscover_until(cli, api, lambda h: h["state"] == "ok")
         cli.run("device", "health", gpu["uuid"], "--clear")

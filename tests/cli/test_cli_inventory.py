@@ -12,14 +12,21 @@ import yaml
 
 from exosuit.cli.client import CLIENT_MAX_VERSION
 from exosuit.cli.deployables import DeployableList
-from exosuit.cli.devices import DeviceList
+from exosuit.cli.devices import DeviceList, maintenance_text, use_text
 from tests.cli.conftest import HOST, pick
 
 pytestmark = pytest.mark.slow
 
 
+def _derived(devices: list[dict]) -> list[dict]:
+    """The API's devices with the columns the list derives: drain (from maintenance) and
+    use (from holders)."""
+    return [{**d, "drain": maintenance_text(d), "use": use_text(d)} for d in devices]
+
+
 def test_device_list_json_is_the_api_devices_with_the_list_columns(cli, api):
-    devices = api.list("/v2/devices", "devices", CLIENT_MAX_VERSION)
+    devices = _derived(api.list("/v2/devices", "devices", CLIENT_MAX_VERSION))
+    assert {d["use"] for d in devices} == {"free"}
 
     shown = cli.json("device", "list")
 
@@ -30,13 +37,14 @@ def test_device_list_json_is_the_api_devices_with_the_list_columns(cli, api):
 
 
 def test_device_list_long_adds_every_other_field(cli, api):
-    devices = api.list("/v2/devices", "devices", CLIENT_MAX_VERSION)
+    devices = _derived(api.list("/v2/devices", "devices", CLIENT_MAX_VERSION))
 
     shown = cli.json("device", "list", "--long")
 
     columns = DeviceList.columns + DeviceList.long_columns
     assert shown == pick(devices, columns)
-    assert set(columns) == set(devices[0]) - {"links"}  # nothing of the API left out
+    # Nothing of the API left out; drain and use are derived (from maintenance, holders).
+    assert set(columns) == set(devices[0]) - {"links"}
 
 
 def test_device_show_json_is_every_field_but_links(cli, api):
@@ -74,7 +82,7 @@ def test_device_show_tells_where_the_device_sits(cli, api):
     ids=["type", "host", "other-host", "status", "vendor-and-type"],
 )
 def test_device_list_filters_are_the_api_filters(cli, api, args, query):
-    expected = api.list("/v2/devices", "devices", CLIENT_MAX_VERSION, **query)
+    expected = _derived(api.list("/v2/devices", "devices", CLIENT_MAX_VERSION, **query))
 
     assert cli.json("device", "list", *args) == pick(expected, DeviceList.columns)
 
@@ -118,7 +126,7 @@ def _text(value) -> str:
 
 
 def test_csv_and_yaml_formats(cli, api):
-    devices = api.list("/v2/devices", "devices", CLIENT_MAX_VERSION)
+    devices = _derived(api.list("/v2/devices", "devices", CLIENT_MAX_VERSION))
 
     rows = list(csv.DictReader(io.StringIO(cli.run("device", "list", "-f", "csv").stdout)))
     assert rows == [{k: _text(v) for k, v in d.items()} for d in pick(devices, DeviceList.columns)]

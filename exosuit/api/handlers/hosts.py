@@ -78,6 +78,12 @@ def _serialize(req: wsgi.Request, host: db.HostRow) -> JSONObject:
         body["maintenance"] = host["maintenance"]
         if "holders" in host:
             body["holders"] = host["holders"]
+    if req.version.matches((2, 11)):
+        # The desired state asked of the host's agent and what it last said it applied
+        # (doc/agent-api.md): a desired generation ahead of the observed one is on its way.
+        body["desired_generation"] = host["desired_generation"]
+        body["observed_generation"] = host["observed_generation"]
+        body["observed_at"] = wsgi.format_time(host["observed_at"])
     return body
 
 
@@ -176,6 +182,15 @@ SHAPES: dict[str, Schema] = {
                 "type": "array",
                 "items": ref("Holder"),
             },
+            "desired_generation": {
+                "type": "integer",
+                "description": "from 2.11: the desired state's generation asked of the agent",
+            },
+            "observed_generation": {
+                "type": ["integer", "null"],
+                "description": "from 2.11: the generation the agent last said it applied",
+            },
+            "observed_at": {**TIME, "description": "from 2.11: when it said so"},
         },
     ),
 }

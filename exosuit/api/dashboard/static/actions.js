@@ -5,7 +5,9 @@
 //            is drawn only when GET /v2/permissions says the caller passes it (the API
 //            still decides: a refusal is shown as the API words it, whole);
 //   confirm  the question asked first, in a <dialog> with "Cancel" and a button named
-//            like the action; nothing is sent until that button is pressed;
+//            like the action; nothing is sent until that button is pressed; or
+//            {question, body}: ``body()`` makes the dialog's form fields at each click
+//            (run() reads them: program an image, set a layout);
 //   danger   drawn in red (disable, release, clear …).
 // Either way the page refreshes at once. The notice under the header keeps the outcome.
 
@@ -22,7 +24,7 @@ export async function loadPermissions() {
   const key = JSON.stringify(api.session.get());
   if (key === permissionsOf) return;
   try {
-    const data = await api.get("v2/permissions", "2.11");
+    const data = await api.get("v2/permissions");
     permissions = data.permissions;
   } catch (error) {
     if (error.status === 401) throw error;
@@ -79,7 +81,11 @@ export function action(label, run, { danger = false, rule = null, confirm = null
   if (!allowed(rule)) return null;
   const button = h("button", { type: "button", class: danger ? "action danger" : "action" }, label);
   button.addEventListener("click", async () => {
-    if (confirm && !(await confirmDialog(confirm, label, { danger }))) return;
+    if (confirm) {
+      const question = typeof confirm === "string" ? confirm : confirm.question;
+      const body = typeof confirm === "object" && confirm.body ? confirm.body() : [];
+      if (!(await confirmDialog(question, label, { danger, body }))) return;
+    }
     button.disabled = true;
     try {
       notify(await run(), "ok");

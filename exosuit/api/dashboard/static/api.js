@@ -2,7 +2,7 @@
 // the dashboard is written against and, once signed in with Keystone, carries the
 // token. Errors become ApiError with the API's own message (Cyborg's envelope).
 
-export const VERSION = "2.5";
+export const VERSION = "2.11";
 
 const ROOT = new URL(
   document.querySelector('meta[name="exosuit-root"]').content,
@@ -53,12 +53,12 @@ function errorOf(status, data, text) {
   return new ApiError(status, message, code);
 }
 
-// ``version``: a newer microversion for one request (a field it added, e.g. a
-// device's labels at 2.10); VERSION by default.
-export async function request(method, path, body, version = VERSION) {
+// Every request asks for VERSION, the latest microversion (the console shows
+// everything the API has).
+export async function request(method, path, body) {
   const headers = {
     Accept: "application/json",
-    "OpenStack-API-Version": `accelerator ${version}`,
+    "OpenStack-API-Version": `accelerator ${VERSION}`,
   };
   const current = session.get();
   if (current && current.token) headers["X-Auth-Token"] = current.token;
@@ -79,7 +79,7 @@ export async function request(method, path, body, version = VERSION) {
   return data;
 }
 
-export const get = (path, version) => request("GET", path, undefined, version);
+export const get = (path) => request("GET", path);
 export const post = (path, body) => request("POST", path, body);
 
 // A URL path with query parameters (undefined and null ones left out).

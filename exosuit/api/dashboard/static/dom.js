@@ -38,9 +38,12 @@ export function short(uuid) {
 
 // A coloured word: the kind is derived from the word unless given.
 const KINDS = {
-  ok: ["enabled", "present", "succeeded", "bound", "free", "reporting", "synced"],
-  warn: ["maintaining", "pending", "running", "bindstarted", "initial", "stale", "in use"],
-  bad: ["lost", "failed", "bindfailed", "deleting", "error"],
+  ok: ["enabled", "present", "succeeded", "bound", "free", "reporting", "synced", "ok", "ready",
+    "applied", "done"],
+  warn: ["maintaining", "pending", "running", "bindstarted", "initial", "stale", "in use", "warning",
+    "draining", "drained", "inactive", "activating", "deactivating", "held", "applying", "missing",
+    "queued", "programming"],
+  bad: ["lost", "failed", "bindfailed", "deleting", "error", "unhealthy", "not offered"],
 };
 export function badge(text, kind) {
   const word = String(text ?? "—");
@@ -74,7 +77,8 @@ export function section(title, ...content) {
 
 // A table in a box that scrolls sideways on a narrow screen (the page does not).
 // columns: [{title, cell: (row) => text or node, class?}].
-export function table(columns, rows, empty = "None.") {
+// ``rowClass(row)``: a class for a row (a device that is not free is tinted).
+export function table(columns, rows, empty = "None.", { rowClass = null } = {}) {
   if (!rows.length) return h("p", { class: "muted" }, empty);
   return h(
     "div",
@@ -87,7 +91,8 @@ export function table(columns, rows, empty = "None.") {
         "tbody",
         {},
         rows.map((row) =>
-          h("tr", {}, columns.map((c) => h("td", { class: c.class }, c.cell(row)))),
+          h("tr", { class: rowClass ? rowClass(row) : null },
+            columns.map((c) => h("td", { class: c.class }, c.cell(row)))),
         ),
       ),
     ),
@@ -127,6 +132,9 @@ export function counts(map, href, order = []) {
   );
 }
 
+// A value, or "—" when there is none (null or undefined; 0 and false are values).
+export const orDash = (value) => (value === null || value === undefined ? "—" : String(value));
+
 // "a, b, c" or "—".
 export const joined = (items) => (items && items.length ? items.join(", ") : "—");
 
@@ -156,4 +164,84 @@ export function deployableAttributes(attributesList) {
     }
   }
   return result;
+}
+
+// -- a device's state: wherever a device is shown ------------------------------------
+//
+// Health, drain, activation and who holds it, each as a badge, so that an unhealthy,
+// drained, inactive or held device never looks like a free one. ``offer(device)``
+// says whether a new workload could take it, and why not.
+
+const HEALTH_KIND = { ok: "ok", warning: "warn", unhealthy: "bad" };
+
+// The health badge: its state, "held back" when it is not offered; the reason as tooltip.
+export function healthBadge(health) {
+  if (!health) return badge("—");
+  const held = health.offered === false;
+  const text = held ? `${health.state} · held back` : health.state;
+  const kind = health.state === "unhealthy" || held ? "bad" : HEALTH_KIND[health.state] || "plain";
+  return h("span", { title: health.reason || "" }, badge(text, kind));
+}
+
+// "draining" / "drained" while under maintenance, else "—".
+export function drainBadge(device) {
+  return device.maintenance ? badge(device.maintenance, "warn") : "—";
+}
+
+export function activationBadge(device) {
+  if (!device.activation) return "—";
+  return h("span", { title: device.activation_reason || "" }, badge(device.activation));
+}
+
+// Who holds the device: each holder's ARQ (and instance) or claim, in brief.
+export function holderText(holder) {
+  if (holder.claim_uuid) return `claim ${holder.claim_uuid}`;
+  const instance = holder.instance_uuid ? ` instance ${holder.instance_uuid}` : "";
+  return `ARQ ${holder.arq_uuid}${instance}`;
+}
+
+// Why a new workload could not take the device ([] when it could).
+export function offer(device) {
+  const why = [];
+  if (device.presence && device.presence !== "present") why.push(device.presence);
+  if (device.status && device.status !== "enabled") why.push(device.maintenance || device.status);
+  if (device.activation && device.activation !== "ready") why.push(device.activation);
+  if (device.health && device.health.offered === false) why.push(`${device.health.state}, held back`);
+  else if (device.health && device.health.state === "unhealthy") why.push("unhealthy");
+  return why;
+}
+
+// "held" (by how many), "free", or "not offered" (with why): one word per device.
+export function heldOf(device) {
+  if ((device.holders || []).length) return "held";
+  return offer(device).length ? "not offered" : "free";
+}
+
+export function heldBadge(device) {
+  const holders = device.holders || [];
+  if (holders.length) {
+    return h("span", { title: holders.map(holderText).join("\n") }, badge(`held ${holders.length}`, "warn"));
+  }
+  const why = offer(device);
+  return why.length ? h("span", { title: why.join(", ") }, badge("not offered", "bad")) : badge("free", "ok");
+}
+
+// A row's tint: "bad" for an unhealthy or lost one, "warn" for a held or not offered one.
+export function deviceRowClass(device) {
+  if ((device.health && device.health.state === "unhealthy") || device.presence === "lost") return "row-bad";
+  return heldOf(device) === "free" ? null : "row-warn";
+}
+
+// The whole of a device's state as facts (the device page).
+export function deviceStateFacts(device) {
+  const health = device.health || {};
+  return [
+    ["Health", [healthBadge(device.health), health.reason ? ` ${health.reason}` : ""]],
+    ["Status", [badge(device.status), device.status_reason ? ` ${device.status_reason}` : ""]],
+    ["Drain", drainBadge(device)],
+    ["Activation", [activationBadge(device), device.activation_reason ? ` ${device.activation_reason}` : ""]],
+    ["Free/held", (device.holders || []).length
+      ? h("ul", { class: "plain-list" }, device.holders.map((x) => h("li", {}, holderText(x))))
+      : heldBadge(device)],
+  ];
 }
