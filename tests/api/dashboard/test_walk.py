@@ -199,6 +199,9 @@ VISITS = [(route, name, path) for route, visits in WALK.items() for name, path i
 def test_the_page_is_drawn_whole(walker, fleet, route, name, path):
     page, errors = walker
     hash_path = path(fleet)
+    # A fresh load of each page: a change of the hash alone would leave the page before's
+    # heading on screen until the new one is drawn, and the checks below would see it.
+    page.goto("about:blank")
     page.goto(f"{fleet.url}/dashboard#{urllib.parse.quote(hash_path, safe='/?=&')}")
     main = page.locator("main#page")
     heading = main.locator("h1")
