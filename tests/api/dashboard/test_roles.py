@@ -191,7 +191,8 @@ def test_the_admin_is_offered_the_device_actions(exosuit, keystone, open_page):
     page = _device_page(exosuit, open_page, keystone, "p1-admin")
     card = _device_card(page)
     expect(card).to_contain_text("enabled")
-    expect(card.get_by_role("button", name="Disable")).to_be_visible()
+    for label in ("Disable", "Drain"):
+        expect(card.get_by_role("button", name=label, exact=True)).to_be_visible()
 
 
 def test_a_manager_sees_the_device_and_no_admin_action(exosuit, keystone, open_page):
