@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SOURCES := exosuit tests bench
 # command:package pairs the tests need (installed by `make test` when missing).
-SYSTEM_PACKAGES := chromium:chromium zsh:zsh tmux:tmux podman:podman mariadbd:mariadb-server wsrep_sst_rsync:mariadb-server rsync:rsync
+SYSTEM_PACKAGES := chromium:chromium zsh:zsh tmux:tmux podman:podman mariadbd:mariadb-server wsrep_sst_rsync:mariadb-server rsync:rsync prometheus:prometheus
 
 .PHONY: run test test-quick check lint bench fuzz system-packages venvs clean protos screenshots
 

@@ -70,6 +70,7 @@ from exosuit.api.handlers import (
     servers,
     services,
     summary,
+    usage_history,
 )
 
 __all__ = [
@@ -132,6 +133,7 @@ DESCRIBED: tuple[ModuleType, ...] = (
     audit,
     summary,
     permissions,
+    usage_history,
     images,
     agent,
     agent_arqs,

@@ -41,6 +41,7 @@ from exosuit.api.handlers import (
     servers,
     services,
     summary,
+    usage_history,
 )
 
 __all__ = ["ROUTES", "STRICT_QUERIES", "Route", "Router", "Since", "since"]
@@ -88,7 +89,8 @@ V2_8 = (2, 8)
 V2_9 = (2, 9)
 # Microversion 2.10 (say no to what cannot be honoured; device CRUD, attach and detach).
 V2_10 = (2, 10)
-# Microversion 2.11 (the console's reads: the caller's permissions, usage history).
+# Microversion 2.11 (the console's reads: the caller's permissions, usage and allocation
+# history).
 V2_11 = (2, 11)
 
 # Microversion 2.10: a GET's unknown query parameter is a 400 (Placement's habit); the
@@ -144,6 +146,8 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/v2/devices/{uuid}/partitions": since(
         V2_9, {"GET": partitions.get_partitions, "PUT": partitions.set_partitions}
     ),
+    # Microversion 2.11: a device's usage over time (doc/dashboard.md, "Charts").
+    "/v2/devices/{uuid}/usage_history": since(V2_11, {"GET": usage_history.get_usage_history}),
     "/v2/attributes": {
         "GET": attributes.list_attributes,
         "POST": attributes.create_attribute,
@@ -198,6 +202,8 @@ ROUTES: dict[str, dict[str, Handler]] = {
     # Microversion 2.10: a profile's devices for a server (doc/standalone.md, "Servers").
     "/v2/servers/{server}/attach": since(V2_10, {"POST": servers.attach_server}),
     "/v2/servers/{server}/detach": since(V2_10, {"POST": servers.detach_server}),
+    # Microversion 2.11: attach handles held and free by device model over time.
+    "/v2/allocation_history": since(V2_11, {"GET": usage_history.get_allocation_history}),
     "/agent/v1/hosts/{hostname}/inventory": {"PUT": agent.put_inventory},
     "/agent/v1/hosts/{hostname}/accelerator_requests/{uuid}": {
         "PUT": agent_arqs.put_host_work,

@@ -38,6 +38,10 @@ class HostList(ListCommand):
         "placement",
         "drained_at",
         "maintenance",
+        # 2.11: the desired state's generation and the one its agent last applied.
+        "desired_generation",
+        "observed_generation",
+        "observed_at",
         "created_at",
         "updated_at",
     )

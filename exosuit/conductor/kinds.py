@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 from typing import Any
 
-from exosuit.conductor import audit, claim_expiry, health, programs
+from exosuit.conductor import audit, claim_expiry, health, programs, usage_history
 from exosuit.conf import ConductorSettings
 from exosuit.jobs import Handler, Interval, JobKind, Service
 from exosuit.nova import notify
@@ -32,6 +32,7 @@ IN_TREE: tuple[ModuleType, ...] = (
     claim_allocations,
     audit,
     health,
+    usage_history,
 )
 
 

@@ -29,6 +29,7 @@ from exosuit.conf import (
     cdi,
     claims,
     conductor,
+    dashboard,
     database,
     default,
     glance,
@@ -48,6 +49,7 @@ from exosuit.conf.audit import AuditSettings
 from exosuit.conf.cdi import CdiSettings
 from exosuit.conf.claims import ClaimsSettings
 from exosuit.conf.conductor import ConductorSettings
+from exosuit.conf.dashboard import DashboardSettings
 from exosuit.conf.database import DatabaseSettings
 from exosuit.conf.default import DefaultSettings
 from exosuit.conf.glance import GlanceSettings
@@ -69,6 +71,7 @@ __all__ = [
     "CdiSettings",
     "ClaimsSettings",
     "ConductorSettings",
+    "DashboardSettings",
     "DatabaseSettings",
     "DefaultSettings",
     "GlanceSettings",
@@ -102,6 +105,7 @@ GROUPS = (
     claims,
     audit,
     health,
+    dashboard,
     placement,
     nova,
     images,
@@ -248,6 +252,7 @@ SETTINGS: Mapping[str | None, type] = {
     claims.GROUP: ClaimsSettings,
     audit.GROUP: AuditSettings,
     health.GROUP: HealthGroupSettings,
+    dashboard.GROUP: DashboardSettings,
     placement.GROUP: PlacementSettings,
     nova.GROUP: NovaSettings,
     images.GROUP: ImagesSettings,

@@ -511,3 +511,40 @@ discoveries = cast(sa.Table, Discovery.__table__)
 discovery_hosts = cast(sa.Table, DiscoveryHost.__table__)
 claims = cast(sa.Table, Claim.__table__)
 audit_events = cast(sa.Table, AuditEvent.__table__)
+
+
+class UsageSample(Base):
+    """A device's usage over one bucket of its history (exosuit/db/usage_history.py):
+    ``tier`` 0, the recent history ([dashboard] history_resolution), 1 the older one
+    (history_coarse_resolution); ``at`` the bucket's start; ``figures`` canonical JSON of
+    {figure: value}, the mean of the ``samples`` taken in it. No foreign key: the hot
+    report path never touches it; the usage_history job deletes a gone device's rows."""
+
+    __tablename__ = "usage_samples"
+    __table_args__ = (sa.Index("ix_usage_samples_tier_at", "tier", "at"),)
+    device_uuid: Mapped[str] = mapped_column(sa.String(36), primary_key=True)
+    tier: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=False)
+    at: Mapped[dt.datetime] = mapped_column(Timestamp, primary_key=True)
+    samples: Mapped[int] = mapped_column(sa.Integer, default=1)
+    figures: Mapped[str] = mapped_column(sa.Text)
+
+
+class AllocationSample(Base):
+    """The attach handles of one device model (type, vendor, model) over one bucket of
+    the fleet's allocation history: ``figures`` canonical JSON of {"held": n, "free": n},
+    the mean of the ``samples`` taken in it; tiers as ``UsageSample``'s."""
+
+    __tablename__ = "allocation_samples"
+    __table_args__ = (sa.Index("ix_allocation_samples_tier_at", "tier", "at"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tier: Mapped[int] = mapped_column(sa.Integer)
+    at: Mapped[dt.datetime] = mapped_column(Timestamp)
+    type: Mapped[str] = mapped_column(sa.String(32))
+    vendor: Mapped[str] = mapped_column(sa.String(255))
+    model: Mapped[str] = mapped_column(sa.String(255))
+    samples: Mapped[int] = mapped_column(sa.Integer, default=1)
+    figures: Mapped[str] = mapped_column(sa.Text)
+
+
+usage_samples = cast(sa.Table, UsageSample.__table__)
+allocation_samples = cast(sa.Table, AllocationSample.__table__)

@@ -435,6 +435,41 @@ class DryRunFixture(APIFixture):
             _set_environ(**{"DEV_" + hostname.upper().replace("-", "_"): device})
 
 
+class UsageHistoryFixture(InventoryFixture):
+    """InventoryFixture plus a history: host1's usage (its GPU 25 % busy, 4 of 16 GiB
+    used; its FPGA 0 errors) recorded as the conductor's usage_history job records it,
+    in the three buckets of [dashboard] history_resolution (300 s) ending now."""
+
+    def start_fixture(self):
+        super().start_fixture()
+        from exosuit.db import usage_history
+
+        dev, hosts = models.devices, models.hosts
+        now = models.utcnow()
+
+        def _usage(conn):
+            identity = dict(conn.execute(sa.select(dev.c.type, dev.c.identity)).all())
+            usage = {
+                identity["GPU"]: {
+                    "utilization_percent": 25,
+                    "memory_used_bytes": 4 * 2**30,
+                    "memory_total_bytes": 16 * 2**30,
+                },
+                identity["FPGA"]: {"errors_total": 0},
+            }
+            conn.execute(
+                sa.update(hosts)
+                .where(hosts.c.hostname == HOSTNAME)
+                .values(usage=json.dumps(usage), usage_at=now)
+            )
+
+        self.db.write(_usage)
+        shape = usage_history.Retention(300, 21600, 3600, 172800)
+        for minutes in (10, 5, 0):
+            at = now - dt.timedelta(minutes=minutes)
+            self.db.write(usage_history.sample, shape, stale_after=3600, now=at)
+
+
 def fixtures_for(backend: str) -> types.SimpleNamespace:
     """The fixture classes YAML files name, bound to ``backend``."""
     return types.SimpleNamespace(
@@ -446,6 +481,7 @@ def fixtures_for(backend: str) -> types.SimpleNamespace:
                 InventoryFixture,
                 BindInProgressFixture,
                 DryRunFixture,
+                UsageHistoryFixture,
             )
         }
     )

@@ -1097,6 +1097,23 @@ OPS: list[Op] = [
         admin_only(OK),
         shows=lambda r, w: r.json["hosts"]["total"] == 1 and r.json["arqs"]["total"] == 1,
     ),
+    # The console's history (2.11): read as devices (project_manager_or_admin).
+    Op(
+        "device usage history",
+        "/v2/devices/{uuid}/usage_history",
+        "GET",
+        lambda c, w: c.get(f"/v2/devices/{w.device}/usage_history", version="2.11"),
+        admin_only(OK),
+        shows=lambda r, w: r.json["device_uuid"] == w.device,
+    ),
+    Op(
+        "allocation history",
+        "/v2/allocation_history",
+        "GET",
+        lambda c, w: c.get("/v2/allocation_history", version="2.11"),
+        admin_only(OK),
+        shows=lambda r, w: r.json["source"] == "database",
+    ),
     # Devices' activation, services, drivers and discoveries (2.7): read as devices
     # (project_manager_or_admin); changed by an admin; an agent reports as admin_or_service.
     Op(

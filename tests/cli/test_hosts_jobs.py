@@ -136,7 +136,7 @@ def _wait_failed(api, ident) -> dict:
 
 # What changes between two requests: the report's age, the agent's next report, the
 # conductor's attempts to sync Placement.
-VOLATILE = {"report_age_seconds", "last_report_at", "updated_at", "placement"}
+VOLATILE = {"report_age_seconds", "last_report_at", "updated_at", "placement", "observed_at"}
 
 
 def _stable(item: dict) -> dict:

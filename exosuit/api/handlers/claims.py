@@ -216,11 +216,21 @@ def list_claims(req: wsgi.Request) -> wsgi.Response:
             400, f"Unknown claim state(s): {', '.join(unknown)}.", "exosuit.query.state"
         )
     project = pagination.text_param(req, "project")
+    if project is not None and not req.context.is_admin_role:
+        # Refused, not ignored: only an admin sees other projects' claims.
+        if project != req.context.project_id:
+            raise wsgi.ApiError(
+                403,
+                f"project: only an admin lists another project's claims; yours are "
+                f"those of project {req.context.project_id} (leave project out).",
+                "exosuit.query.project",
+            )
+        project = None  # the caller's own: what the scope lists anyway
     page = pagination.page_from_request(req, PAGING)
     rows = req.app.db.read(
         db.list_claims,
         _scope(req),
-        project_id=project if req.context.is_admin_role else None,
+        project_id=project,
         hostname=pagination.text_param(req, "hostname"),
         states=states,
         consumer=pagination.text_param(req, "consumer"),
@@ -350,7 +360,12 @@ OPERATIONS: dict[Handler, Operation] = {
     list_claims: Operation(
         "List claims",
         query=(
-            query("project", TEXT, "An admin: only this project's."),
+            query(
+                "project",
+                TEXT,
+                "Only this project's (an admin; anyone else may name only their own: "
+                "another is a 403).",
+            ),
             query("hostname", TEXT, "Only this host's."),
             query("state", STR, f"Only these states ({CSV}: {', '.join(db.STATES)})."),
             query("consumer", TEXT, "Only this consumer's."),

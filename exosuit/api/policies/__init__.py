@@ -34,6 +34,7 @@ from exosuit.api.policies import (
     servers,
     services,
     summary,
+    usage_history,
 )
 
 __all__ = ["list_rules", "make_enforcer", "permission_rules"]
@@ -62,6 +63,7 @@ def list_rules() -> list[policy.RuleDefault]:
             audit.list_rules(),
             servers.list_rules(),
             permissions.list_rules(),
+            usage_history.list_rules(),
         )
     )
 

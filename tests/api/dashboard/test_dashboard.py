@@ -393,12 +393,20 @@ def test_a_manager_clicking_retry_is_refused_and_the_job_stays_failed(
 ):
     page = open_page(dashboard(server, "/jobs?state=failed"), headers=MANAGER)
     row = page.locator("tbody tr").filter(has_text=failed_job["key"])
+    expect(row).to_contain_text("failed")
 
-    row.get_by_role("button", name="Retry").click()
-
-    notice = page.locator("#notice")
-    expect(notice).to_contain_text("Retry refused (HTTP 403)")
-    expect(notice).to_contain_text("disallowed by policy")
+    latest = {**MANAGER, "OpenStack-API-Version": "accelerator 2.11"}
+    if api(server, "GET", "/v2/permissions", headers=latest).status_code == 200:
+        # The console knows the manager does not pass exosuit:job:retry: no button.
+        expect(row.get_by_role("button", name="Retry")).to_have_count(0)
+        r = api(server, "POST", f"/v2/jobs/{failed_job['id']}/retry", headers=MANAGER)
+        assert r.status_code == 403, r.text
+    else:
+        row.get_by_role("button", name="Retry").click()
+        page.get_by_role("dialog").get_by_role("button", name="Retry", exact=True).click()
+        notice = page.locator("#notice")
+        expect(notice).to_contain_text("Retry refused (HTTP 403)")
+        expect(notice).to_contain_text("disallowed by policy")
     job = api_json(server, f"/v2/jobs/{failed_job['id']}")
     assert (job["state"], job["attempts"], job["updated_at"]) == (
         "failed",
@@ -446,6 +454,7 @@ def test_an_admin_retries_a_failed_job(server, failed_job, open_page):
     row = page.locator("tbody tr").filter(has_text=failed_job["key"])
 
     row.get_by_role("button", name="Retry").click()
+    page.get_by_role("dialog").get_by_role("button", name="Retry", exact=True).click()
 
     expect(page.locator("#notice")).to_contain_text(f"Job {failed_job['id']}")
     expect(page.locator("#notice")).to_contain_text("pending again")

@@ -3,8 +3,9 @@
 
 One ``exosuit serve`` for the module (noauth: the browser is its admin). Through the API
 and the agent API it gets an unhealthy device (a host whose agent reports its FPGA
-unhealthy), a drained host, a claim, an accelerator request and a failed job, next
-to the simulated host's own devices. The walk reads the page registry from the page
+unhealthy), a drained host, a claim, an accelerator request, a failed job, an image and a
+recorded usage history (the simulated GPU's chart), next to the simulated host's own
+devices. The walk reads the page registry from the page
 itself (``window.exosuitPages``, app.js's PAGES) and visits each route with the
 parameters ``WALK`` fills it with: a route the map lacks fails the test, so a page
 added later joins the walk. On every page: no script error, its heading drawn (not
@@ -18,6 +19,7 @@ doc/dashboard.md shows.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import time
 import urllib.parse
@@ -34,7 +36,7 @@ from exosuit.db.api import Database
 from exosuit.drivers.base import HEALTH_UNHEALTHY, Health
 from tests.api.dashboard.conftest import LAPTOP
 from tests.helpers.inventory import fpga
-from tests.helpers.serve_fixture import serving
+from tests.helpers.serve_fixture import ExosuitServer
 
 pytestmark = pytest.mark.slow
 
@@ -56,6 +58,9 @@ class Fleet:
     claim: str = ""
     arq: str = ""
     failed_job: int = 0
+    image: str = ""
+    audit_event: int = 0
+    charted_device: str = ""
 
 
 # route template (app.js) → the visits of it: (screenshot name, the hash path it opens).
@@ -70,12 +75,24 @@ WALK: dict[str, list[tuple[str, Callable[[Fleet], str]]]] = {
     "/devices/:uuid": [
         ("device-unhealthy", lambda f: f"/devices/{f.sick_device}"),
         ("device-claimed", lambda f: f"/devices/{f.claimed_device}"),
+        ("device-usage-chart", lambda f: f"/devices/{f.charted_device}"),
     ],
+    "/claims": [("claims", lambda f: "/claims")],
+    "/claims/:uuid": [("claim", lambda f: f"/claims/{f.claim}")],
     "/arqs": [("arqs", lambda f: "/arqs")],
+    "/arqs/:uuid": [("arq", lambda f: f"/arqs/{f.arq}")],
+    "/profiles": [("profiles", lambda f: "/profiles")],
+    "/profiles/:name": [("profile", lambda f: "/profiles/walk-fpga")],
+    "/images": [("images", lambda f: "/images")],
+    "/images/:uuid": [("image", lambda f: f"/images/{f.image}")],
+    "/drivers": [("drivers", lambda f: "/drivers")],
+    "/audit": [("audit", lambda f: "/audit")],
+    "/audit/:id": [("audit-event", lambda f: f"/audit/{f.audit_event}")],
     "/jobs": [
         ("jobs", lambda f: "/jobs"),
         ("jobs-failed", lambda f: "/jobs?state=failed"),
     ],
+    "/jobs/:id": [("job-failed", lambda f: f"/jobs/{f.failed_job}")],
 }
 
 
@@ -128,7 +145,12 @@ def _failed_job(server) -> int:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    with serving(tmp_path_factory.mktemp("walk")) as server:
+    base = tmp_path_factory.mktemp("walk")
+    config = base / "exosuit.conf"
+    # A usage history recorded every 5 s: the simulated GPU's chart has data soon.
+    config.write_text("[dashboard]\nhistory_resolution = 10\n")
+    server = ExosuitServer(base / "data", [config]).start()
+    try:
         url = server.url
         found = Fleet(url, server.host)
         # An unhealthy device: its host's agent reports it so (it is held back).
@@ -157,7 +179,26 @@ def fleet(tmp_path_factory):
         )["arqs"]
         found.arq = arq["uuid"]
         found.failed_job = _failed_job(server)
+        # An image in the catalogue (its data uploaded), and the audit trail's newest record.
+        data = b"walk image"
+        digest = hashlib.sha256(data).hexdigest()
+        image = _api(url, "POST", "/v2/images", json={
+            "name": "walk-afu", "format": "simulated", "visibility": "shared", "sha256": digest,
+        })  # fmt: skip
+        _api(url, "PUT", f"/v2/images/{image['uuid']}/file", data=data)
+        found.image = image["uuid"]
+        (event,) = _api(url, "GET", "/v2/audit_events?limit=1")["audit_events"]
+        found.audit_event = event["id"]
+        # A chart with data: the simulated GPU's usage, as the conductor recorded it.
+        (gpu,) = _api(url, "GET", f"/v2/devices?hostname={server.host}&type=GPU")["devices"]
+        found.charted_device = gpu["uuid"]
+        deadline = time.monotonic() + WAIT
+        while not _api(url, "GET", f"/v2/devices/{gpu['uuid']}/usage_history", "2.11")["figures"]:
+            assert time.monotonic() < deadline, "the conductor recorded no usage history"
+            time.sleep(0.5)
         yield found
+    finally:
+        server.kill()
 
 
 def _shots() -> Path | None:

@@ -15,10 +15,18 @@ import { forgetPermissions, loadPermissions, notify } from "./actions.js";
 import fleet from "./fleet.js";
 import host from "./host.js";
 import device from "./device.js";
-import arqs from "./arqs.js";
-import jobs from "./jobs.js";
+import arqs, { arq } from "./arqs.js";
+import jobs, { job } from "./jobs.js";
+import claims, { claim } from "./claims.js";
+import images, { image } from "./images.js";
+import drivers from "./drivers.js";
+import audit, { event as auditEvent } from "./audit.js";
+import profiles, { profile } from "./profiles.js";
 
-const PAGES = [fleet, host, device, arqs, jobs];
+const PAGES = [
+  fleet, host, device,
+  claims, claim, arqs, arq, profiles, profile, images, image, drivers, audit, auditEvent, jobs, job,
+];
 window.exosuitPages = PAGES.map((p) => p.route); // the registry, for the browser walk (tests/api/dashboard/test_walk.py)
 const REFRESH_MS = 5000;
 

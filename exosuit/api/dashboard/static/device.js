@@ -11,6 +11,7 @@ import {
 } from "./dom.js";
 import { action } from "./actions.js";
 import { claimsOf, deployablesOf, deployablesTable, handleState, handlesTable } from "./host.js";
+import { deviceUsage, deviceUsageSection } from "./charts.js";
 
 const HISTORY = 100; // audit records read per history
 const KIND_NAMES = { vfs: "functions (vfs)", mdev: "vGPU (mdev)", mig: "MIG" };
@@ -386,10 +387,10 @@ export default {
     const programsOf = byUuid(programs.map((p) => (p.refused ? null : p.program || p)));
     return {
       device, handles, claims, partitions, history, deployables, images,
-      programs: programsOf, histories: byUuid(histories),
+      programs: programsOf, histories: byUuid(histories), usage: await deviceUsage(uuid),
     };
   },
-  render({ device, handles, claims, partitions, history, deployables, programs, histories, images }) {
+  render({ device, handles, claims, partitions, history, deployables, programs, histories, images, usage }) {
     return [
       section(
         "Device",
@@ -417,6 +418,7 @@ export default {
       programmingSection(deployables, programs, histories, images),
       section("Deployables", deployablesTable(deployables, handles, { [device.uuid]: device })),
       section("Attach handles", handlesTable(handles, claims, { [device.uuid]: device })),
+      deviceUsageSection(usage),
     ];
   },
 };

@@ -245,3 +245,105 @@ export function deviceStateFacts(device) {
       : heldBadge(device)],
   ];
 }
+
+// -- shared by the list pages (claims, ARQs, images, drivers, audit, jobs, profiles) --
+
+// A device's health, drain and activation as three badges (presence too, once lost),
+// from a device read at 2.9 or later; "state unknown" when the caller may not read it.
+export function deviceState(device) {
+  if (!device) return h("span", { class: "muted" }, "state unknown");
+  const health = device.health || {};
+  const state = health.state || "ok";
+  const held = health.offered === false ? `held back by ${health.held_by || "?"}` : null;
+  // "healthy", "warning", "unhealthy · held back by agent", "held back by operator".
+  const healthText = [state === "ok" ? (held ? null : "healthy") : state, held]
+    .filter(Boolean)
+    .join(" · ");
+  const healthBadge = badge(healthText, state === "unhealthy" ? "bad" : held || state !== "ok" ? "warn" : "ok");
+  if (health.reason) healthBadge.title = health.reason;
+  const drain =
+    device.maintenance || (device.status === "enabled" ? "in service" : device.status);
+  const activation = badge(device.activation || "activation —", device.activation === "ready" ? "ok" : "warn");
+  if (device.activation_reason) activation.title = device.activation_reason;
+  return h(
+    "span",
+    { class: "holder device-state" },
+    healthBadge,
+    badge(drain, drain === "in service" ? "ok" : "warn"),
+    activation,
+    device.presence && device.presence !== "present" ? badge(device.presence) : null,
+  );
+}
+
+// A filter form whose fields are ``names`` (label → query name, with placeholders):
+// submitting it sets the page's address (``route`` + the non-empty fields), which
+// reloads the page. The same form node is returned while the address is the same, so
+// a redraw of the page (new data) keeps what is being typed.
+const filterForms = new Map();
+export function filterForm(route, params, fields) {
+  const key = `${route}?${JSON.stringify(params)}`;
+  if (filterForms.has(key)) return filterForms.get(key);
+  const inputs = fields.map(([label, name, placeholder]) =>
+    h("label", {}, h("span", {}, label, " "), h("input", { name, value: params[name] || "", placeholder: placeholder || "" })),
+  );
+  const form = h(
+    "form",
+    { class: "filters", role: "search" },
+    inputs,
+    h("button", { type: "submit", class: "action" }, "Filter"),
+    h("a", { href: `#${route}` }, "Clear"),
+  );
+  // Laid out through the CSSOM (the Content-Security-Policy allows it), so that
+  // dashboard.css needs no rule for it: fields side by side, wrapping on a phone.
+  Object.assign(form.style, {
+    display: "flex", flexWrap: "wrap", gap: "0.5rem 0.75rem", alignItems: "end", marginBottom: "0.75rem",
+  });
+  for (const label of inputs) {
+    Object.assign(label.style, { display: "grid", gap: "0.15rem", fontSize: "0.9rem" });
+    Object.assign(label.lastChild.style, {
+      font: "inherit", padding: "0.3rem 0.5rem", border: "1px solid #d0d7de", borderRadius: "6px", width: "12rem", maxWidth: "100%",
+    });
+  }
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const query = new URLSearchParams();
+    for (const [name, value] of new FormData(form)) {
+      if (String(value).trim()) query.set(name, String(value).trim());
+    }
+    const text = query.toString();
+    location.hash = text ? `${route}?${text}` : route;
+  });
+  filterForms.clear(); // one form is on screen at a time
+  filterForms.set(key, form);
+  return form;
+}
+
+// Links that set one query parameter ``name`` of ``route`` to each of ``values`` (and
+// "all": none), keeping the page's other parameters; the current one is marked.
+export function pills(route, params, name, values, label) {
+  const href = (value) => {
+    const query = new URLSearchParams();
+    for (const [key, current] of Object.entries(params)) {
+      if (key !== name && current) query.set(key, current);
+    }
+    if (value) query.set(name, value);
+    const text = query.toString();
+    return `#${route}${text ? `?${text}` : ""}`;
+  };
+  return h(
+    "nav",
+    { class: "filters", "aria-label": label },
+    link(href(null), "all", { "aria-current": params[name] ? false : "true" }),
+    values.map((v) => link(href(v), v, { "aria-current": params[name] === v ? "true" : false })),
+  );
+}
+
+// Text shown whole, its line breaks kept and wrapped at the box's edge (an error, a
+// payload); set through the CSSOM, which the Content-Security-Policy allows.
+export function whole(text, className = "") {
+  const element = h("pre", { class: className || false }, text);
+  element.style.whiteSpace = "pre-wrap";
+  element.style.overflowWrap = "anywhere";
+  element.style.margin = "0";
+  return element;
+}

@@ -7,6 +7,7 @@ import * as api from "./api.js";
 import { h, age, badge, counts, heldOf, hostLink, link, section, table } from "./dom.js";
 import { devicesTable, hostDrain, placement } from "./host.js";
 import { jobsTable } from "./jobs.js";
+import { fleetAllocation, fleetAllocationSection } from "./charts.js";
 
 const SHOWN = 200;
 const DEVICES_SHOWN = 500; // rows of the device table (all matching devices are counted)
@@ -205,16 +206,17 @@ export default {
   async load(params) {
     const query = { sort_key: "hostname", sort_dir: "asc" };
     for (const filter of FILTERS) if (filter.api && params[filter.name]) query[filter.api] = params[filter.name];
-    const [summary, hosts, devices, failed] = await Promise.all([
+    const [summary, hosts, devices, failed, allocation] = await Promise.all([
       api.get("v2/summary"),
       api.list("v2/hosts", "hosts", { limit: SHOWN }),
       api.listAll("v2/devices", "devices", query, DEVICES_READ),
       api.list("v2/jobs", "jobs", { state: "failed", limit: 20 }),
+      fleetAllocation(),
     ]);
-    return { summary, hosts, devices, failed };
+    return { summary, hosts, devices, failed, allocation };
   },
   render(data, params) {
-    const { summary, hosts, devices, failed } = data;
+    const { summary, hosts, devices, failed, allocation } = data;
     const s = summary;
     const jobs = s.jobs.by_state;
     const matching = devices.filter((d) => matches(d, params));
@@ -260,6 +262,7 @@ export default {
         jobsTable(failed.items, "No failed jobs."),
         jobs.failed > failed.items.length ? link("#/jobs?state=failed", `All ${jobs.failed} failed jobs`) : null,
       ),
+      fleetAllocationSection(allocation),
     ];
   },
 };
