@@ -8,7 +8,7 @@ SOURCES := exosuit tests bench
 # command:package pairs the tests need (installed by `make test` when missing).
 SYSTEM_PACKAGES := chromium:chromium zsh:zsh tmux:tmux podman:podman mariadbd:mariadb-server wsrep_sst_rsync:mariadb-server rsync:rsync prometheus:prometheus
 
-.PHONY: run test test-quick check lint bench fuzz system-packages venvs clean protos
+.PHONY: run test test-quick check lint bench fuzz system-packages venvs clean protos screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,13 @@ system-packages:
 # Built once (tests/helpers/venvs.py); the fixtures build one that is missing too.
 venvs: $(VENV)/.test-installed
 	$(BIN)/python -m tests.helpers.venvs
+
+# The console's screenshots, doc/dashboard/*.png (doc/dashboard.md, "Screenshots"): the
+# browser walk of every page against a real `exosuit serve` (tests/api/dashboard/test_walk.py)
+# saves each page it visits. The old ones go first: a page gone leaves no picture behind.
+screenshots: $(VENV)/.test-installed system-packages
+	rm -f doc/dashboard/*.png
+	EXOSUIT_SCREENSHOTS=doc/dashboard $(BIN)/pytest -q tests/api/dashboard/test_walk.py
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check --fix $(SOURCES)

@@ -151,6 +151,15 @@ class Application:
             target = {"project_id": context.project_id, "user_id": context.user_id}
         self.policy.authorize(rule, target, context)
 
+    def allowed(self, req: wsgi.Caller, rule: str) -> bool:
+        """Whether the caller passes ``rule`` for an object of its own project (what
+        ``authorize`` with no target checks); a caller without a project passes none."""
+        context = req.context
+        if context.project_id is None and not context.system_scope:
+            return False
+        target = {"project_id": context.project_id, "user_id": context.user_id}
+        return self.policy.allowed(rule, target, context)
+
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         req = wsgi.Request(environ)
         req.app = self

@@ -36,6 +36,7 @@ from exosuit.api.handlers import (
     jobs,
     metrics,
     partitions,
+    permissions,
     root,
     servers,
     services,
@@ -88,7 +89,8 @@ V2_8 = (2, 8)
 V2_9 = (2, 9)
 # Microversion 2.10 (say no to what cannot be honoured; device CRUD, attach and detach).
 V2_10 = (2, 10)
-# Microversion 2.11 (the console's reads: usage and allocation history).
+# Microversion 2.11 (the console's reads: the caller's permissions, usage and allocation
+# history).
 V2_11 = (2, 11)
 
 # Microversion 2.10: a GET's unknown query parameter is a 400 (Placement's habit); the
@@ -164,6 +166,8 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/v2/jobs/{id}": since(V2_5, {"GET": jobs.get_job}),
     "/v2/jobs/{id}/retry": since(V2_5, {"POST": jobs.retry_job}),
     "/v2/summary": since(V2_5, {"GET": summary.get_summary}),
+    # Microversion 2.11: the caller's identity and permissions (doc/dashboard.md, "Roles").
+    "/v2/permissions": since(V2_11, {"GET": permissions.get_permissions}),
     # Microversion 2.6: the image catalogue (doc/programming.md).
     "/v2/images": since(V2_6, {"GET": images.list_images, "POST": images.create_image}),
     "/v2/images/{uuid}": since(V2_6, {"GET": images.get_image, "DELETE": images.delete_image}),

@@ -152,6 +152,9 @@ class App(Protocol):
     def authorize(self, req: Caller, rule: str, target: dict[str, Any] | None = None) -> None:
         """Raise 403 unless the caller may do ``rule`` on ``target``."""
 
+    def allowed(self, req: Caller, rule: str) -> bool:
+        """Whether the caller passes ``rule`` for an object of its own project."""
+
     def context(self, environ: dict[str, Any]) -> RequestContext:
         """The caller's context from the identity headers."""
 

@@ -29,6 +29,7 @@ its ARQ ownership and service-token rules (§1.7):
   and lists come back empty; an agent's CDI report as an admin or a service;
 * a server's attach and detach (2.10): by a project member or an admin, as claims (an
   attachment is a claim); another project's attachment is not found (404);
+* the caller's own permissions (2.11): everyone project-scoped;
 * ``/``, ``/v2``, ``/healthz``, ``/metrics``, ``/openapi.json``: everyone, with or
   without identity.
 
@@ -85,6 +86,7 @@ CLAIMS = "2.8"  # standalone claims exist from this microversion on
 DRAIN = "2.9"  # drain (and partitions) exist from this microversion on
 LABELS = "2.10"  # deleting a lost device and labels exist from this microversion on
 SERVERS = "2.10"  # a server's attach and detach exist from this microversion on
+PERMISSIONS = "2.11"  # the caller's permissions exist from this microversion on
 SERVER = "policy-server"  # the consumer of the world's claim (a server's, for detach)
 
 
@@ -1290,6 +1292,15 @@ OPS: list[Op] = [
         {**everyone(OK), "other_member": NOT_ATTACHED, "reader": DENIED, "service": DENIED},
         happened=lambda a, w, h: _claim(a, w)["state"] == "released",
         claimed=True,
+    ),
+    # The caller's own permissions (2.11): anyone project-scoped reads its own.
+    Op(
+        "permissions",
+        "/v2/permissions",
+        "GET",
+        lambda c, w: c.get("/v2/permissions", version=PERMISSIONS),
+        everyone(OK),
+        shows=lambda r, w: isinstance(r.json["permissions"]["exosuit:permission:get"], bool),
     ),
 ]
 

@@ -112,3 +112,16 @@ def test_rules_with_remote_checks_are_not_remembered(tmp_path):
     cache.authorize(RULE, _target(member), member)
     cache.authorize(RULE, _target(member), member)
     assert enforcer.calls == 2
+
+
+def test_allowed_answers_true_or_false_where_authorize_would_pass_or_raise(tmp_path):
+    cache = DecisionCache(_enforcer(tmp_path))
+    manager = _context("manager", "member", "reader")
+    member = _context("member", "reader")
+    assert cache.allowed(RULE, _target(manager), manager) is True
+    assert cache.allowed(RULE, _target(member), member) is False
+    # A system-scoped token fails a project-scoped rule's scope (enforced): False too.
+    system = RequestContext(user_id="u1", system_scope="all", roles=["admin"])
+    with pytest.raises(policy.InvalidScope):
+        cache.authorize(RULE, {"project_id": None, "user_id": "u1"}, system)
+    assert cache.allowed(RULE, {"project_id": None, "user_id": "u1"}, system) is False

@@ -92,6 +92,7 @@ CASES = [
             "image",
             "job",
             "partition",
+            "permission",
             "profile",
             "serve",
             "server",

@@ -150,3 +150,24 @@ def test_keystone_refusals_are_one_line(cli, keystone):
     )  # fmt: skip
     assert no_catalog.returncode == 1
     assert "no accelerator endpoint in the Keystone catalog" in no_catalog.stderr
+
+
+def test_permission_list_is_the_callers_own(cli, keystone):
+    """A reader of p1 reads its project's requests and claims and changes nothing of the
+    fleet; an admin passes the admin rules (API 2.11, doc/dashboard.md "Roles")."""
+    reader = {
+        row["rule"]: row["allowed"]
+        for row in cli.json(
+            "permission", "list", endpoint=False, env=_os_env(keystone, "p1-reader")
+        )
+    }
+    assert reader["cyborg:arq:get_all"] is True and reader["exosuit:claim:get_all"] is True
+    assert reader["exosuit:claim:create"] is False
+    assert reader["cyborg:device:disable"] is False and reader["exosuit:host:drain"] is False
+    admin = cli.json(
+        "permission", "list", "--rule", ":drain", endpoint=False, env=_os_env(keystone, "p1-admin")
+    )
+    assert admin == [
+        {"rule": "exosuit:device:drain", "allowed": True},
+        {"rule": "exosuit:host:drain", "allowed": True},
+    ]

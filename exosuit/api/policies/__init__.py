@@ -30,13 +30,14 @@ from exosuit.api.policies import (
     images,
     jobs,
     partitions,
+    permissions,
     servers,
     services,
     summary,
     usage_history,
 )
 
-__all__ = ["list_rules", "make_enforcer"]
+__all__ = ["list_rules", "make_enforcer", "permission_rules"]
 
 
 def list_rules() -> list[policy.RuleDefault]:
@@ -61,9 +62,18 @@ def list_rules() -> list[policy.RuleDefault]:
             partitions.list_rules(),
             audit.list_rules(),
             servers.list_rules(),
+            permissions.list_rules(),
             usage_history.list_rules(),
         )
     )
+
+
+def permission_rules() -> list[str]:
+    """The names of the API's own rules (the per-resource ones, each documented with the
+    operations it guards), in registration order: what ``GET /v2/permissions`` answers
+    for. The base rules (``admin_api``, ``project_member_or_admin`` …) are check strings
+    those rules are written in, not permissions of their own."""
+    return [rule.name for rule in list_rules() if isinstance(rule, policy.DocumentedRuleDefault)]
 
 
 def make_enforcer(conf: cfg.ConfigOpts) -> policy.Enforcer:

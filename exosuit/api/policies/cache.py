@@ -78,6 +78,15 @@ class DecisionCache:
                 self._allowed.clear()
             self._allowed.add(key)
 
+    def allowed(self, rule: str, target: dict[str, Any], context: RequestContext) -> bool:
+        """Whether ``authorize`` would let the caller through (a denial, or a rule whose
+        scope the caller's token lacks, is False)."""
+        try:
+            self.authorize(rule, target, context)
+        except (policy.PolicyNotAuthorized, policy.InvalidScope):
+            return False
+        return True
+
     def _refresh(self) -> None:
         with self._lock:
             if time.monotonic() < self._next_check:

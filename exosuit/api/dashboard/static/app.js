@@ -27,6 +27,7 @@ const PAGES = [
   fleet, host, device,
   claims, claim, arqs, arq, profiles, profile, images, image, drivers, audit, auditEvent, jobs, job,
 ];
+window.exosuitPages = PAGES.map((p) => p.route); // the registry, for the browser walk (tests/api/dashboard/test_walk.py)
 const REFRESH_MS = 5000;
 
 const main = document.getElementById("page");
