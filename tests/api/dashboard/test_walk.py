@@ -19,7 +19,10 @@ doc/dashboard.md shows.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import hashlib
+import json
+import math
 import os
 import time
 import urllib.parse
@@ -29,9 +32,11 @@ from pathlib import Path
 
 import pytest
 import requests
+import sqlalchemy as sa
 from playwright.sync_api import expect
 
 from exosuit.db import jobs as jobs_db
+from exosuit.db import models
 from exosuit.db.api import Database
 from exosuit.drivers.base import HEALTH_UNHEALTHY, Health
 from tests.api.dashboard.conftest import LAPTOP
@@ -143,6 +148,48 @@ def _failed_job(server) -> int:
     return int(job_id)
 
 
+def _past_history(server, hours: int = 5, every_minutes: int = 10) -> None:
+    """The hours before the walk, for the charts: the conductor's first recorded bucket of
+    each device and model copied into a bucket every ``every_minutes``, its figures varied
+    along a wave (a total stays what it is; held + free stays the model's handles)."""
+    db = Database(f"sqlite:///{server.data_dir}/exosuit.sqlite")
+    usage, allocation = models.usage_samples, models.allocation_samples
+    try:
+        with db.writer() as conn:
+            first = conn.execute(sa.select(sa.func.min(usage.c.at))).scalar_one()
+            latest = [
+                dict(r._mapping) for r in conn.execute(sa.select(usage).where(usage.c.at == first))
+            ]
+            models_first = conn.execute(sa.select(sa.func.min(allocation.c.at))).scalar_one()
+            held_free = [
+                dict(r._mapping)
+                for r in conn.execute(sa.select(allocation).where(allocation.c.at == models_first))
+            ]
+            steps = hours * 60 // every_minutes
+            for step in range(1, steps + 1):
+                at = first - dt.timedelta(minutes=every_minutes * step)
+                wave = 0.5 + 0.45 * math.sin(step / 4)
+                for row in latest:
+                    figures = {
+                        name: value if "total" in name else round(value * wave, 1)
+                        for name, value in json.loads(row["figures"]).items()
+                    }
+                    conn.execute(sa.insert(usage).values(
+                        {**row, "at": at, "figures": json.dumps(figures)}
+                    ))  # fmt: skip
+                for row in held_free:
+                    counts = json.loads(row["figures"])
+                    handles = counts["held"] + counts["free"]
+                    held = round(handles * wave * 0.8)
+                    conn.execute(sa.insert(allocation).values({
+                        **{k: v for k, v in row.items() if k != "id"},
+                        "at": models_first - dt.timedelta(minutes=every_minutes * step),
+                        "figures": json.dumps({"held": held, "free": handles - held}),
+                    }))  # fmt: skip
+    finally:
+        db.dispose()
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     base = tmp_path_factory.mktemp("walk")
@@ -196,6 +243,7 @@ def fleet(tmp_path_factory):
         while not _api(url, "GET", f"/v2/devices/{gpu['uuid']}/usage_history", "2.11")["figures"]:
             assert time.monotonic() < deadline, "the conductor recorded no usage history"
             time.sleep(0.5)
+        _past_history(server)
         yield found
     finally:
         server.kill()
