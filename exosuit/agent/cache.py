@@ -22,7 +22,10 @@ recomputed:
 
 Compatibility: a newer agent reads every older version (``_MIGRATIONS``); an
 older agent refuses a newer file instead of guessing (nothing is overwritten).
-A missing file reads as empty.
+A missing file reads as empty. A file it cannot read (empty, cut short, not JSON, not an
+object, a field of the wrong type: ``CacheCorrupt``) is set aside by the lock holder
+(``load_or_set_aside``: renamed ``agent-cache.json.corrupt-<time>``, kept for
+inspection) and the agent starts from nothing: its next report is a whole snapshot.
 
 One writer: the agent process takes ``lock()`` (an exclusive ``flock`` on the state
 directory itself, released by the kernel when the process dies, even by kill -9)
@@ -37,16 +40,23 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import json
+import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any, NotRequired, TypedDict
 
+import jsonschema
+
 from exosuit import files
+
+LOG = logging.getLogger(__name__)
 
 __all__ = [
     "CACHE_VERSION",
     "AgentCache",
     "AgentState",
+    "CacheCorrupt",
     "CacheLocked",
     "CacheTooNew",
     "ContainerSpecs",
@@ -63,6 +73,10 @@ FILE_NAME = "agent-cache.json"
 
 class CacheTooNew(RuntimeError):
     """The cache was written by a newer agent."""
+
+
+class CacheCorrupt(ValueError):
+    """The cache file is not one this agent can read: the message says why."""
 
 
 class CacheLocked(RuntimeError):
@@ -151,8 +165,14 @@ class AgentState:
         return {"version": CACHE_VERSION, **dataclasses.asdict(self)}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> AgentState:
-        version: int = data.get("version", 0)
+    def from_json(cls, data: object) -> AgentState:
+        """The state a cache file's JSON holds (any older version, converted).
+        CacheTooNew for a newer version; CacheCorrupt for anything not a cache."""
+        if not isinstance(data, dict):
+            raise CacheCorrupt(f"it holds a JSON {type(data).__name__}, not an object")
+        version = data.get("version", 0)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise CacheCorrupt(f"its version is {version!r}, not a whole number")
         if version > CACHE_VERSION:
             raise CacheTooNew(
                 f"the agent cache is version {version}, written by a newer agent; this "
@@ -160,6 +180,10 @@ class AgentState:
             )
         for migrate in _MIGRATIONS[version:]:
             data = migrate(data)
+        problem = next(_VALIDATOR.iter_errors(data), None)
+        if problem is not None:
+            where = "/".join(str(p) for p in problem.absolute_path) or "the top"
+            raise CacheCorrupt(f"at {where}: {problem.message}")
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in fields})
 
@@ -227,6 +251,64 @@ _MIGRATIONS: list[Callable[[dict[str, Any]], dict[str, Any]]] = [
 assert len(_MIGRATIONS) == CACHE_VERSION
 
 
+def _map_of(value: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": value}
+
+
+_REPORT = {"type": ["object", "null"]}
+_OUTCOME = {"report": _REPORT, "acknowledged": {"type": "boolean"}}
+_NUMBER = {"type": "number"}
+_COUNT = {"type": "integer", "minimum": 0}
+
+
+def _record(required: tuple[str, ...], **fields: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {**_OUTCOME, **fields},
+        "required": [*required, "report", "acknowledged"],
+    }
+
+
+# What a cache of the current version holds, field by field (after migration): what the
+# agent's code reads without checking again. A field left out takes its default.
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "version": {"const": CACHE_VERSION},
+        "acknowledged_hash": {"type": ["string", "null"]},
+        "acknowledged_at": {"type": ["number", "null"]},
+        "desired_state": {"type": "object"},
+        "devices": _map_of(
+            {
+                "type": "object",
+                "properties": {
+                    "last_seen": _NUMBER,
+                    "device": {"type": "object"},
+                    "found_by": {"type": "string"},
+                },
+                "required": ["last_seen", "device"],
+            }
+        ),
+        "programs": _map_of(_record(())),
+        "image_ids": _map_of(_map_of({"type": ["string", "null"]})),
+        "observed_generation": {"type": ["integer", "null"], "minimum": 0},
+        "activations": _map_of(
+            _record(("action", "generation"), action={"type": "string"}, generation=_COUNT)
+        ),
+        "containers": _map_of(
+            _record(
+                ("digest", "files", "state"),
+                digest={"type": "string"},
+                files=_map_of({"type": ["string", "null"]}),
+                state={"type": "string"},
+            )
+        ),
+        "partitions": _map_of(_record(("generation",), generation=_COUNT)),
+    },
+}
+_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+
 class AgentCache:
     def __init__(self, state_dir: str) -> None:
         self.state_dir = state_dir
@@ -257,13 +339,50 @@ class AgentCache:
             self._lock_fd = None
 
     def load(self) -> AgentState:
-        """Read the cache; safe while the agent writes (it only ever renames)."""
+        """Read the cache; safe while the agent writes (it only ever renames). A missing
+        file reads as empty; CacheCorrupt for one that is not a cache, CacheTooNew for one
+        of a newer agent."""
         try:
-            with open(self.path) as f:
-                data = json.load(f)
+            with open(self.path, "rb") as f:
+                raw = f.read()
         except FileNotFoundError:
             return AgentState()
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise CacheCorrupt("it is not UTF-8 text") from None
+        except json.JSONDecodeError as error:
+            what = "it is empty" if not raw.strip() else f"it is not JSON ({error})"
+            raise CacheCorrupt(what) from None
+        except RecursionError:
+            raise CacheCorrupt("it is not JSON (nested too deep)") from None
         return AgentState.from_json(data)
+
+    def load_or_set_aside(self) -> AgentState:
+        """``load()``; a file it cannot read (CacheCorrupt) is renamed
+        ``agent-cache.json.corrupt-<epoch seconds>`` (kept for inspection), one warning
+        says so, and the state starts empty: the next report is a whole snapshot and the
+        API matches the devices it knows by their identity. Only the lock holder renames;
+        anyone else gets CacheCorrupt. CacheTooNew is raised as it is (never set aside:
+        a newer agent's file is not corrupt)."""
+        try:
+            return self.load()
+        except CacheCorrupt as error:
+            if self._lock_fd is None:
+                raise
+            aside = f"{self.path}.corrupt-{int(time.time())}"
+            while os.path.exists(aside):
+                aside += "-1"
+            os.rename(self.path, aside)
+            files.sync_folder(self.state_dir)
+            LOG.warning(
+                "the agent cache %s is unreadable (%s): set aside as %s; starting from "
+                "nothing, the next report is a whole snapshot",
+                self.path,
+                error,
+                aside,
+            )
+            return AgentState()
 
     def _remove_leftovers(self) -> None:
         """Temporary files of a write interrupted by a crash (kill -9): never the cache."""

@@ -88,7 +88,7 @@ class Agent:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.rng = rng if rng is not None else random.Random()
         self.reconcilers: list[Reconciler[Any, Any]] = list(reconcilers)
-        self.state: AgentState = cache.load()
+        self.state: AgentState = cache.load_or_set_aside()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._unreachable = False
