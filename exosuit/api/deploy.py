@@ -8,7 +8,8 @@ Order (outermost first) and why:
    request latency histogram of /metrics, by route template, method and status class.
 3. authentication - keystonemiddleware (``auth_strategy = keystone``) or the
    noauth shim; public routes (``/``, ``/v2``, ``/healthz``) bypass it, as
-   Cyborg's ``acl_public_routes`` do, since Nova discovers versions without a token.
+   Cyborg's ``acl_public_routes`` do, since Nova discovers versions without a token
+   (``/metrics`` authenticates a caller who offers credentials: ``PublicRoutes``).
 4. ``UnchangedReports`` - an agent's unchanged report that this process's cache
    answers, answered without webob or routing (the same checks and policy, after
    authentication); any other request goes on.
@@ -303,10 +304,26 @@ class NoAuthMiddleware:
         return self.app(environ, start_response)
 
 
+# Public routes that still authenticate a caller who offers credentials, because what
+# they answer depends on who asks (/metrics: the per-device series only to an admin,
+# doc/metrics.md "Who sees what").
+AUTHENTICATE_IF_OFFERED = frozenset({"/metrics"})
+# What offers credentials: a token (Prometheus sends ``Authorization: Bearer``), or the
+# identity headers noauth trusts (keystonemiddleware removes those of a caller it did not
+# authenticate, so under Keystone they only get the caller a 401).
+_CREDENTIALS = ("HTTP_X_AUTH_TOKEN", "HTTP_AUTHORIZATION", *_NOAUTH_HEADERS)
+
+
 class PublicRoutes:
     """Send public routes to ``public`` (no authentication), the rest to ``protected``.
 
-    A path ending in ``/*`` makes everything under it public (the dashboard's files).
+    A path ending in ``/*`` makes everything under it public (the dashboard's files). A
+    public path of ``AUTHENTICATE_IF_OFFERED`` goes to ``protected`` when the request
+    offers credentials (``Authorization: Bearer <token>`` is passed on as
+    ``X-Auth-Token``, which keystonemiddleware reads). A request answered without
+    authentication is marked ``exosuit.anonymous`` (under noauth, ``public`` is the
+    noauth shim, which makes everyone an admin: the mark tells the handler who did not
+    identify at all).
     """
 
     def __init__(
@@ -321,6 +338,12 @@ class PublicRoutes:
         path = environ.get("PATH_INFO", "/")
         path = path.rstrip("/") or "/"
         if path in self.paths or path.startswith(self.prefixes):
+            if path in AUTHENTICATE_IF_OFFERED and any(h in environ for h in _CREDENTIALS):
+                scheme, _, token = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
+                if scheme.lower() == "bearer" and "HTTP_X_AUTH_TOKEN" not in environ:
+                    environ["HTTP_X_AUTH_TOKEN"] = token.strip()
+                return self.protected(environ, start_response)
+            environ["exosuit.anonymous"] = True
             return self.public(environ, start_response)
         return self.protected(environ, start_response)
 

@@ -23,7 +23,10 @@ DEADLINE = 60.0
 
 
 def _metrics(server) -> Scrape:
-    r = requests.get(f"{server.url}/metrics", headers={"Accept-Encoding": "gzip"}, timeout=10)
+    # The per-device series need credentials (doc/metrics.md, "Who sees what"): noauth
+    # takes any bearer token as an admin's, as a Prometheus scrape sends it.
+    headers = {"Accept-Encoding": "gzip", "Authorization": "Bearer noauth"}
+    r = requests.get(f"{server.url}/metrics", headers=headers, timeout=10)
     assert r.status_code == 200, r.text
     assert r.headers["Content-Encoding"] == "gzip"  # as Prometheus asks; requests undoes it
     return Scrape(r.text)

@@ -41,7 +41,7 @@ def _labels(device: dict) -> dict[str, str]:
 
 
 def test_every_device_is_there_with_its_states(fleet):
-    found = scrape(fleet.world.api)
+    found = scrape(fleet.world.admin)
     assert found.types["exosuit_device_info"] == "gauge"
     info = found.of("exosuit_device_info")
     assert len(info) == 3
@@ -62,7 +62,7 @@ def test_every_device_is_there_with_its_states(fleet):
 
 
 def test_attach_handles_are_counted_free_and_in_use_per_device(fleet):
-    found = scrape(fleet.world.api)
+    found = scrape(fleet.world.admin)
     expected = {FPGA_A: (1, 1), GPU_A: (0, 1), FPGA_B: (4, 0)}  # (free, in use)
     for address, (free, in_use) in expected.items():
         labels = _labels(fleet.devices[address])
@@ -72,7 +72,7 @@ def test_attach_handles_are_counted_free_and_in_use_per_device(fleet):
 
 
 def test_holders_name_the_arq_and_the_instance_or_the_claim(fleet):
-    found = scrape(fleet.world.api)
+    found = scrape(fleet.world.admin)
     holders = found.of("exosuit_device_holder")
     assert len(holders) == 2
     (vm,) = found.of("exosuit_device_holder", pci_address=GPU_A)
@@ -94,14 +94,14 @@ def test_holders_name_the_arq_and_the_instance_or_the_claim(fleet):
     }
     # Released, the claim holds nothing: its handle is free again, its holder gone.
     fleet.world.release(fleet.claim["uuid"])
-    after = scrape(fleet.world.api)
+    after = scrape(fleet.world.admin)
     assert [h.labels["arq_uuid"] for h in after.of("exosuit_device_holder")] == [fleet.arq_uuid]
     labels = _labels(fleet.devices[FPGA_A])
     assert after.value("exosuit_device_attach_handles", state="free", **labels) == 2
 
 
 def test_live_figures_are_gauges_labelled_with_the_device(fleet):
-    found = scrape(fleet.world.api)
+    found = scrape(fleet.world.admin)
     gpu = _labels(fleet.devices[GPU_A])
     assert found.value("exosuit_device_utilization_percent", **gpu) == 42
     assert found.value("exosuit_device_memory_total_bytes", **gpu) == 4096
@@ -113,7 +113,7 @@ def test_live_figures_are_gauges_labelled_with_the_device(fleet):
 
 def test_a_figure_named_like_a_fixed_family_is_left_out(fleet):
     # Host B's FPGA reported figures named info, holder and attach_handles (seed).
-    found = scrape(fleet.world.api)
+    found = scrape(fleet.world.admin)
     assert [s.value for s in found.of("exosuit_device_info")] == [1.0, 1.0, 1.0]
     assert len(found.of("exosuit_device_holder")) == 2
     assert all("state" in s.labels for s in found.of("exosuit_device_attach_handles"))
@@ -129,7 +129,7 @@ def test_report_age_per_host(fleet):
             .values(last_report_at=old)
         )
     )
-    found = scrape(fleet.world.api)
+    found = scrape(fleet.world.admin)
     assert {s.labels["hostname"] for s in found.of("exosuit_host_report_age_seconds")} == {
         HOST,
         OTHER,
@@ -146,7 +146,7 @@ def test_job_queue_depth_and_oldest_age_per_kind(fleet):
         conn.execute(sa.update(models.jobs).where(models.jobs.c.key == "a").values(run_after=old))
 
     fleet.world.database.write(enqueue)
-    found = scrape(fleet.world.api)
+    found = scrape(fleet.world.admin)
     assert found.value("exosuit_jobs", kind="test_kind", state="pending") == 2
     assert found.value("exosuit_jobs", kind="test_kind", state="failed") == 0
     assert found.value("exosuit_job_queue_depth", kind="test_kind") == 1
@@ -158,7 +158,7 @@ def test_sync_lag_is_the_age_of_the_oldest_pending_sync(fleet):
         conn.execute(sa.delete(models.jobs).where(models.jobs.c.kind == placement_db.SYNC))
 
     fleet.world.database.write(clear)
-    assert scrape(fleet.world.api).value("exosuit_placement_sync_lag_seconds") == 0
+    assert scrape(fleet.world.admin).value("exosuit_placement_sync_lag_seconds") == 0
 
     def change(conn):
         placement_db.enqueue_sync(conn, HOST)
@@ -170,4 +170,4 @@ def test_sync_lag_is_the_age_of_the_oldest_pending_sync(fleet):
         )
 
     fleet.world.database.write(change)
-    assert scrape(fleet.world.api).value("exosuit_placement_sync_lag_seconds") >= 120
+    assert scrape(fleet.world.admin).value("exosuit_placement_sync_lag_seconds") >= 120
