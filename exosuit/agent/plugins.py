@@ -34,6 +34,7 @@ from exosuit.conf import AgentSettings, driver_settings
 from exosuit.drivers import ENTRY_POINT_GROUP, DriverContext, driver_class, load_driver
 from exosuit.drivers.base import Device, Driver
 from exosuit.drivers.runner import CommandRunner, RecordedRunner, SubprocessRunner
+from exosuit.schemas import names as grammar
 
 LOG = logging.getLogger(__name__)
 
@@ -192,13 +193,16 @@ class DriverSet:
         state_dir = os.path.abspath(agent.state_dir)
         health = health_options(conf)
 
+        drivers_dir = os.path.join(state_dir, "drivers")
+
         def load(name: str, settings: Mapping[str, Any]) -> Driver:
             context = DriverContext(
                 hostname=hostname,
                 sysfs_root=sysfs_root,
                 runner=runner,
                 settings=settings,
-                state_dir=os.path.join(state_dir, "drivers", name),
+                # A driver's name makes a folder: it must be a name (doc/names.md).
+                state_dir=grammar.file_name(drivers_dir, "driver name", name),
                 health=health,
             )
             return load_driver(name, context)

@@ -27,7 +27,7 @@ from webob.request import BaseRequest
 from exosuit import exceptions
 from exosuit.api import microversion
 from exosuit.context import RequestContext
-from exosuit.schemas import JSONObject
+from exosuit.schemas import JSONObject, names
 
 # Named in App's annotations only: imported at run time, they would load SQLAlchemy and
 # prometheus-client with every module that imports this one.
@@ -406,6 +406,12 @@ def validate(data: Any, schema: JSONObject) -> None:
                 400, f"Invalid request body at {where}: {excerpt(how)}", "exosuit.body.invalid"
             ) from None
     where = "/".join(str(p) for p in error.absolute_path) or "(body)"
+    if error.validator == "pattern" and error.validator_value == names.PATTERN:
+        raise ApiError(
+            400,
+            f"Invalid request body at {where}: {error.instance!r} is not a name: {names.RULE}.",
+            names.CODE,
+        )
     raise ApiError(
         400,
         f"Invalid request body at {where}: {_quoting_excerpt(error)}",

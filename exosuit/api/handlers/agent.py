@@ -19,6 +19,7 @@ from exosuit.db import desired_state as desired_db
 from exosuit.db import inventory as db
 from exosuit.db import programs as programs_db
 from exosuit.metrics import Counter
+from exosuit.schemas import names
 
 # Counted by exosuit/db/changes.py: the version an API process's cache of host reports
 # compares (exosuit/api/report_cache.py).
@@ -134,7 +135,7 @@ def _reported_host(environ: dict[str, Any]) -> str | None:
     ):
         return None
     hostname = path[len(_PREFIX) : -len(_SUFFIX)]
-    if not hostname or "/" in hostname or len(hostname) > 255:
+    if not names.is_name(hostname):
         return None
     return hostname if hostname.isprintable() and hostname.isascii() else None
 
@@ -201,7 +202,11 @@ def _known(req: wsgi.Request, hostname: str) -> db.HostReport | None:
 
 def _report(req: wsgi.Request, hostname: str) -> dict[str, Any]:
     """The body, checked only as far as an unchanged report needs: its hash, its
-    schema version and its host."""
+    schema version and its host (whose name, in the path, is a name: doc/names.md)."""
+    try:
+        names.check("host name", hostname)
+    except names.NameInvalid as error:
+        raise wsgi.ApiError(400, str(error), names.CODE) from None
     body = wsgi.extract_json(req)
     if (
         not isinstance(body, dict)

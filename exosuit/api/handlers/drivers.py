@@ -27,7 +27,7 @@ from exosuit.api.describe import (
 from exosuit.api.policies import drivers as policies
 from exosuit.api.schemas import drivers as schema
 from exosuit.db import drivers as db
-from exosuit.schemas import JSONObject
+from exosuit.schemas import JSONObject, names
 
 # An entry point name of the exosuit.drivers group.
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
@@ -80,6 +80,10 @@ def _change(req: wsgi.Request, action: str, rule: str, body_schema: JSONObject) 
     generation given (``GET /v2/drivers?name=`` shows when each applied it)."""
     req.app.authorize(req, rule)
     name = req.arg("name")
+    if not names.is_name(name):
+        raise wsgi.ApiError(
+            400, f"The driver name {name!r} is not a name: {names.RULE}.", names.CODE
+        )
     if not NAME.fullmatch(name):
         raise wsgi.ApiError(
             400,

@@ -1,6 +1,7 @@
 """Standalone claim bodies (microversion 2.8, doc/standalone.md)."""
 
 from exosuit.api.schemas import UUID
+from exosuit.schemas import names
 
 # Ten years: an expiry further away is no expiry (leave it out).
 MAX_EXPIRES_IN = 10 * 365 * 86400
@@ -12,7 +13,7 @@ _EXPIRES_IN = {"type": "integer", "minimum": 1, "maximum": MAX_EXPIRES_IN}
 _PROPERTIES_V2_8 = {
     "device_profile_name": {"type": "string", "minLength": 1, "maxLength": 255},
     "attach_handles": {"type": "array", "minItems": 1, "uniqueItems": True, "items": UUID},
-    "hostname": {"type": "string", "minLength": 1, "maxLength": 255},
+    "hostname": names.SCHEMA,  # doc/names.md
     "consumer": {"type": ["string", "null"], "maxLength": 255},
     "expires_in": {"anyOf": [_EXPIRES_IN, {"type": "null"}]},
     "container": {"type": "boolean"},

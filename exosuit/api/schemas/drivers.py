@@ -1,7 +1,9 @@
 """Driver bodies (microversion 2.7): POST /v2/drivers/{name}/install|update|uninstall."""
 
-# A host's name as agents report it (no control character).
-HOSTNAME = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[^\\x00-\\x1f\\x7f]*$"}
+from exosuit.schemas import names
+
+# A host's name as agents report it (doc/names.md).
+HOSTNAME = names.SCHEMA
 # The hosts a request is for; absent: every host (and those that report later).
 HOSTNAMES = {"type": "array", "items": HOSTNAME, "minItems": 1, "maxItems": 10000}
 

@@ -1,6 +1,7 @@
 """Image bodies (microversion 2.6): the catalogue's POST /v2/images."""
 
 from exosuit.images.verify import SIGNATURE_ALGORITHMS
+from exosuit.schemas import names
 
 # Free text without control characters (PostgreSQL refuses NUL in a string).
 _TEXT = {"type": "string", "maxLength": 255, "pattern": "^[^\\x00-\\x1f\\x7f]*$"}
@@ -9,7 +10,7 @@ _OPTIONAL_TEXT = {"anyOf": [_TEXT, {"type": "null"}]}
 POST_IMAGE_V2_6 = {
     "type": "object",
     "properties": {
-        "name": {**_TEXT, "minLength": 1},
+        "name": names.SCHEMA,  # doc/names.md
         # gbs, xclbin, simulated … (what a driver's program_formats name).
         "format": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,31}$"},
         "vendor": _OPTIONAL_TEXT,
