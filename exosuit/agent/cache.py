@@ -258,7 +258,7 @@ def _map_of(value: dict[str, Any]) -> dict[str, Any]:
 _REPORT = {"type": ["object", "null"]}
 _OUTCOME = {"report": _REPORT, "acknowledged": {"type": "boolean"}}
 _NUMBER = {"type": "number"}
-_COUNT = {"type": "integer", "minimum": 0}
+_INTEGER = {"type": "integer"}
 
 
 def _record(required: tuple[str, ...], **fields: dict[str, Any]) -> dict[str, Any]:
@@ -291,9 +291,9 @@ SCHEMA: dict[str, Any] = {
         ),
         "programs": _map_of(_record(())),
         "image_ids": _map_of(_map_of({"type": ["string", "null"]})),
-        "observed_generation": {"type": ["integer", "null"], "minimum": 0},
+        "observed_generation": {"type": ["integer", "null"]},
         "activations": _map_of(
-            _record(("action", "generation"), action={"type": "string"}, generation=_COUNT)
+            _record(("action", "generation"), action={"type": "string"}, generation=_INTEGER)
         ),
         "containers": _map_of(
             _record(
@@ -303,7 +303,7 @@ SCHEMA: dict[str, Any] = {
                 state={"type": "string"},
             )
         ),
-        "partitions": _map_of(_record(("generation",), generation=_COUNT)),
+        "partitions": _map_of(_record(("generation",), generation=_INTEGER)),
     },
 }
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
