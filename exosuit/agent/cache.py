@@ -46,8 +46,6 @@ import time
 from collections.abc import Callable
 from typing import Any, NotRequired, TypedDict
 
-import jsonschema
-
 from exosuit import files
 
 LOG = logging.getLogger(__name__)
@@ -180,10 +178,9 @@ class AgentState:
             )
         for migrate in _MIGRATIONS[version:]:
             data = migrate(data)
-        problem = next(_VALIDATOR.iter_errors(data), None)
+        problem = _problem(data, SCHEMA, "")
         if problem is not None:
-            where = "/".join(str(p) for p in problem.absolute_path) or "the top"
-            raise CacheCorrupt(f"at {where}: {problem.message}")
+            raise CacheCorrupt(problem)
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in fields})
 
@@ -270,7 +267,9 @@ def _record(required: tuple[str, ...], **fields: dict[str, Any]) -> dict[str, An
 
 
 # What a cache of the current version holds, field by field (after migration): what the
-# agent's code reads without checking again. A field left out takes its default.
+# agent's code reads without checking again. A field left out takes its default. Written
+# as JSON Schema (type, const, properties, required, additionalProperties: a test checks
+# it with jsonschema too), read by ``_problem``: the agent does not load jsonschema.
 SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -306,7 +305,48 @@ SCHEMA: dict[str, Any] = {
         "partitions": _map_of(_record(("generation",), generation=_INTEGER)),
     },
 }
-_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+
+def _is(value: object, kind: str) -> bool:
+    if kind in ("number", "integer") and isinstance(value, bool):
+        return False
+    return isinstance(value, _KINDS[kind])
+
+
+_KINDS: dict[str, type | tuple[type, ...]] = {
+    "object": dict,
+    "string": str,
+    "boolean": bool,
+    "null": type(None),
+    "number": (int, float),
+    "integer": int,
+}
+
+
+def _problem(value: object, schema: dict[str, Any], where: str) -> str | None:
+    """What is wrong with ``value`` for ``schema`` (the subset ``SCHEMA`` uses), or
+    None; ``where`` is the path to it."""
+    at = f"at {where or '/'}"
+    if "const" in schema and (type(value) is not type(schema["const"]) or value != schema["const"]):
+        return f"{at}: {value!r:.60} is not {schema['const']!r}"
+    kinds = schema.get("type")
+    if kinds is not None:
+        kinds = [kinds] if isinstance(kinds, str) else kinds
+        if not any(_is(value, kind) for kind in kinds):
+            return f"{at}: {value!r:.60} is not of type {' or '.join(kinds)}"
+    if isinstance(value, dict):
+        for name in schema.get("required", ()):
+            if name not in value:
+                return f"{at}: {name!r} is missing"
+        properties = schema.get("properties", {})
+        others = schema.get("additionalProperties")
+        for key, item in value.items():
+            sub = properties.get(key, others)
+            if isinstance(sub, dict):
+                found = _problem(item, sub, f"{where}/{key}")
+                if found is not None:
+                    return found
+    return None
 
 
 class AgentCache:

@@ -274,3 +274,27 @@ def test_the_agent_survives_a_corrupt_cache_and_the_api_keeps_its_holds(api, db,
         assert agent.stop() == 0
     finally:
         agent.kill()
+
+
+@pytest.mark.parametrize(
+    "kind",
+    sorted(
+        k
+        for k in CORRUPT
+        if k.startswith(("version", "dev", "pro", "hash", "desired", "containers", "old"))
+    ),
+)
+def test_the_agent_check_agrees_with_json_schema(kind):
+    """The agent reads its cache's shape without jsonschema (a lean agent): jsonschema
+    refuses the same wrong-typed files by the same SCHEMA."""
+    import jsonschema
+
+    from exosuit.agent import cache as cache_module
+
+    data = json.loads(CORRUPT[kind])
+    if data.get("version") == 3:
+        data = {**data, "version": CACHE_VERSION}
+    assert not jsonschema.Draft202012Validator(cache_module.SCHEMA).is_valid(data)
+    assert cache_module._problem(data, cache_module.SCHEMA, "") is not None
+    assert jsonschema.Draft202012Validator(cache_module.SCHEMA).is_valid(VALID)
+    assert cache_module._problem(VALID, cache_module.SCHEMA, "") is None
