@@ -76,7 +76,11 @@ def prometheus(tmp_path: Path, target: str):
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "scrape_configs:\n  - job_name: exosuit\n    static_configs:\n"
+        "scrape_configs:\n  - job_name: exosuit\n"
+        # The per-device series need credentials (doc/metrics.md, "Who sees what"):
+        # noauth takes any bearer token as an admin's.
+        "    authorization:\n      type: Bearer\n      credentials: noauth\n"
+        "    static_configs:\n"
         f"      - targets: ['{target.removeprefix('http://')}']\n"
     )
     log = tmp_path / "prometheus.log"
