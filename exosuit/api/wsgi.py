@@ -259,8 +259,12 @@ UNSUPPORTED_TRANSFER_CODING = (
     "exosuit.request.transfer_encoding",
 )
 
-# The longest message an error carries, and the longest excerpt of a value it quotes.
-MAX_MESSAGE = 2048
+# The longest message an error carries (a backstop: Exosuit's own messages name every
+# object they refuse, e.g. each ARQ of a batch bind that found no free handle, and are
+# kept whole up to it), the longest explanation of a JSON Schema failure, and the longest
+# excerpt of a value a message quotes.
+MAX_MESSAGE = 65536
+MAX_SCHEMA_MESSAGE = 1024
 MAX_QUOTE = 200
 
 
@@ -452,7 +456,7 @@ def _quoting_excerpt(error: jsonschema.exceptions.ValidationError) -> str:
     quoted = repr(error.instance)
     if len(quoted) > MAX_QUOTE and quoted in message:
         message = message.replace(quoted, excerpt(quoted))
-    return excerpt(message, MAX_MESSAGE // 2)
+    return excerpt(message, MAX_SCHEMA_MESSAGE)
 
 
 def is_uuid_like(value: str) -> bool:

@@ -274,12 +274,14 @@ def test_lists_filter_and_page(world):
     r = world.member.get(f"{CLAIMS}?limit=1", version=V)
     assert uuids(r.json["next"].split(CLAIMS, 1)[1]) == [a["uuid"]]
     assert uuids("?sort_key=hostname&sort_dir=asc") == [a["uuid"], b["uuid"]]
-    # An admin sees every project's, and filters by project; a member's project filter
-    # is ignored (they see their own only).
+    # An admin sees every project's, and filters by project; a member may name their own
+    # project, and another is refused (never answered with their own claims).
     project = world.member.headers["X-Project-Id"]
     assert uuids(f"?project={project}", world.admin) == [b["uuid"], a["uuid"]]
     assert uuids("?project=someone-else", world.admin) == []
-    assert uuids("?project=someone-else") == [b["uuid"], a["uuid"]]
+    assert uuids(f"?project={project}") == [b["uuid"], a["uuid"]]
+    r = world.member.get(f"{CLAIMS}?project=someone-else", version=V)
+    assert r.status_code == 403 and fault(r)["code"] == "exosuit.query.project", r.text
     r = world.member.get(f"{CLAIMS}?state=lost", version=V)
     assert r.status_code == 400 and fault(r)["code"] == "exosuit.query.state"
     # Below 2.8 there are no claims.

@@ -406,8 +406,8 @@ def processes():
 
 def write_config(path: Path, db, **conductor) -> Path:
     url = db.url.render_as_string(hide_password=False)
-    # No periodic Placement reconcile, program, claim, health or audit sweep here: these
-    # tests count every job row.
+    # No periodic Placement reconcile, program, claim, health or audit sweep, and no usage
+    # history ([dashboard]) here: these tests count every job row.
     options = {
         "handler_modules": "tests.conductor.handlers",
         "reconcile_interval": 0,
@@ -426,6 +426,8 @@ def write_config(path: Path, db, **conductor) -> Path:
                 f"connection = {url}",
                 "[conductor]",
                 *(f"{k} = {v}" for k, v in options.items()),
+                "[dashboard]",
+                "history_resolution = 0",
             ]
         )
         + "\n"
