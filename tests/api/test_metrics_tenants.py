@@ -21,7 +21,7 @@ from exosuit.api.deploy import loadapp
 from exosuit.conf import make_conf
 from exosuit.db.api import Database
 from tests.conftest import PERSONAS, ApiClient, new_database_url
-from tests.helpers.keystone_fixture import REGION, Keystone
+from tests.helpers.keystone_fixture import Keystone, authtoken_section
 from tests.helpers.live import serve_wsgi
 from tests.helpers.metrics import FPGA_A, FPGA_B, GPU_A, HOST, OTHER, Fleet, Scrape, seed
 
@@ -154,7 +154,6 @@ def test_the_detail_rule_can_be_given_to_another_role(sqlite_database, tmp_path)
 
 
 def _keystone_conf(workdir, keystone: Keystone, db_url: str):
-    user = keystone.users["exosuit"]
     path = workdir / f"exosuit-{uuid.uuid4().hex[:8]}.conf"
     path.write_text(f"""\
 [DEFAULT]
@@ -163,20 +162,7 @@ state_path = {workdir}
 auth_strategy = keystone
 [database]
 connection = {db_url}
-[keystone_authtoken]
-www_authenticate_uri = {keystone.url}
-auth_url = {keystone.url}
-auth_type = password
-username = {user.name}
-password = {user.password}
-project_name = service
-user_domain_name = Default
-project_domain_name = Default
-region_name = {REGION}
-service_token_roles = service
-service_token_roles_required = true
-token_cache_time = 600
-""")
+{authtoken_section(keystone)}""")
     return make_conf([str(path)])
 
 

@@ -68,6 +68,7 @@ from tests.conftest import PERSONAS, ApiClient, empty_database, new_database_url
 from tests.helpers.keystone_fixture import (
     REGION,
     Keystone,
+    authtoken_section,
 )
 from tests.helpers.live import serve_wsgi
 
@@ -151,7 +152,6 @@ class Exosuit:
 
 
 def _conf(workdir: pathlib.Path, keystone: Keystone, db_url: str, extra: str = ""):
-    exosuit_user = keystone.users["exosuit"]
     path = workdir / f"exosuit-{uuid.uuid4().hex[:8]}.conf"
     path.write_text(f"""\
 [api]
@@ -161,22 +161,7 @@ connection = {db_url}
 # New devices ready, as before activation existed: the tests bind what they report.
 [inventory]
 new_device_activation = ready
-[keystone_authtoken]
-www_authenticate_uri = {keystone.url}
-auth_url = {keystone.url}
-auth_type = password
-username = {exosuit_user.name}
-password = {exosuit_user.password}
-project_name = service
-user_domain_name = Default
-project_domain_name = Default
-region_name = {REGION}
-service_token_roles = service
-service_token_roles_required = true
-# No memcached_servers: keystonemiddleware's in-process cache keeps each
-# validated token for token_cache_time seconds.
-token_cache_time = 600
-{extra}""")
+{authtoken_section(keystone)}{extra}""")
     return make_conf([str(path)])
 
 

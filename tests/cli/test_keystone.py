@@ -17,30 +17,19 @@ from exosuit.conf import make_conf
 from exosuit.db.api import Database
 from tests.cli.conftest import CLI, cli_env
 from tests.conftest import new_database_url
-from tests.helpers.keystone_fixture import REGION
+from tests.helpers.keystone_fixture import REGION, authtoken_section
 from tests.helpers.live import serve_wsgi
 
 pytestmark = pytest.mark.slow
 
 
 def _conf(path, keystone, db_url: str):
-    service = keystone.users["exosuit"]
     path.write_text(f"""\
 [api]
 auth_strategy = keystone
 [database]
 connection = {db_url}
-[keystone_authtoken]
-www_authenticate_uri = {keystone.url}
-auth_url = {keystone.url}
-auth_type = password
-username = {service.name}
-password = {service.password}
-project_name = service
-user_domain_name = Default
-project_domain_name = Default
-region_name = {REGION}
-""")
+{authtoken_section(keystone, cache_time=None, service_tokens=False)}""")
     return make_conf([str(path)])
 
 

@@ -100,6 +100,38 @@ def _script(name: str) -> str:
     return str(candidate) if candidate.exists() else name
 
 
+def authtoken_section(
+    keystone: Keystone,
+    *,
+    cache_time: int | None = 600,
+    service_tokens: bool = True,
+    www_authenticate_uri: str | None = None,
+) -> str:
+    """Exosuit's ``[keystone_authtoken]`` section for this Keystone, its ``exosuit``
+    service user authenticating: ``cache_time`` seconds a validated token is kept (-1:
+    every token validated by Keystone, so a revoked role counts at once; None: the
+    default); ``service_tokens``: service tokens need the ``service`` role (as Nova
+    sends them)."""
+    user = keystone.users["exosuit"]
+    lines = [
+        "[keystone_authtoken]",
+        f"www_authenticate_uri = {www_authenticate_uri or keystone.url}",
+        f"auth_url = {keystone.url}",
+        "auth_type = password",
+        f"username = {user.name}",
+        f"password = {user.password}",
+        "project_name = service",
+        "user_domain_name = Default",
+        "project_domain_name = Default",
+        f"region_name = {REGION}",
+    ]
+    if service_tokens:
+        lines += ["service_token_roles = service", "service_token_roles_required = true"]
+    if cache_time is not None:
+        lines.append(f"token_cache_time = {cache_time}")
+    return "\n".join(lines) + "\n"
+
+
 class KeystoneError(RuntimeError):
     """Keystone did not start or did not answer as expected."""
 

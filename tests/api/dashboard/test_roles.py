@@ -29,7 +29,7 @@ from exosuit.conf import make_conf
 from exosuit.db.api import Database
 from tests.conftest import new_database_url
 from tests.helpers.inventory import fpga, snapshot
-from tests.helpers.keystone_fixture import REGION, Keystone
+from tests.helpers.keystone_fixture import Keystone, authtoken_section
 from tests.helpers.live import serve_wsgi
 
 pytestmark = pytest.mark.slow
@@ -64,7 +64,6 @@ class Api:
 
 
 def _conf(workdir: Path, keystone: Keystone, db_url: str, policy_file: Path):
-    exosuit_user = keystone.users["exosuit"]
     path = workdir / "exosuit.conf"
     path.write_text(f"""\
 [api]
@@ -73,21 +72,7 @@ auth_strategy = keystone
 connection = {db_url}
 [oslo_policy]
 policy_file = {policy_file}
-[keystone_authtoken]
-www_authenticate_uri = {keystone.url}
-auth_url = {keystone.url}
-auth_type = password
-username = {exosuit_user.name}
-password = {exosuit_user.password}
-project_name = service
-user_domain_name = Default
-project_domain_name = Default
-region_name = {REGION}
-service_token_roles = service
-service_token_roles_required = true
-# Every token is validated by Keystone (no cache): a revoked role counts at once.
-token_cache_time = -1
-""")
+{authtoken_section(keystone, cache_time=-1)}""")
     return make_conf([str(path)])
 
 

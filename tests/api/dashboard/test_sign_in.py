@@ -22,7 +22,7 @@ from exosuit.conf import make_conf
 from exosuit.db.api import Database
 from tests.conftest import ApiClient, new_database_url
 from tests.helpers.inventory import fpga, snapshot
-from tests.helpers.keystone_fixture import REGION, Keystone
+from tests.helpers.keystone_fixture import Keystone, authtoken_section
 from tests.helpers.live import serve_wsgi
 
 HOST = "ks-host"
@@ -64,28 +64,13 @@ def test_sign_in_body_is_validated(sqlite_api, body):
 
 
 def _conf(workdir: Path, keystone: Keystone, db_url: str, keystone_url: str):
-    exosuit_user = keystone.users["exosuit"]
     path = workdir / "exosuit.conf"
     path.write_text(f"""\
 [api]
 auth_strategy = keystone
 [database]
 connection = {db_url}
-[keystone_authtoken]
-www_authenticate_uri = {keystone_url}
-auth_url = {keystone.url}
-auth_type = password
-username = {exosuit_user.name}
-password = {exosuit_user.password}
-project_name = service
-user_domain_name = Default
-project_domain_name = Default
-region_name = {REGION}
-service_token_roles = service
-service_token_roles_required = true
-# Every token is validated by Keystone (no cache): a revoked one is refused at once.
-token_cache_time = -1
-""")
+{authtoken_section(keystone, cache_time=-1, www_authenticate_uri=keystone_url)}""")
     return make_conf([str(path)])
 
 
