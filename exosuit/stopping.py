@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-__all__ = ["StoppedWhileStarting", "stop_while_starting"]
+__all__ = ["StoppedWhileStarting", "signals_held", "stop_while_starting"]
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -71,3 +71,28 @@ def stop_while_starting() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """In the block, a SIGTERM or SIGINT is held, then delivered again once the block
+    ends (to the handler in place before it: raising ``StoppedWhileStarting`` during a
+    start). For a step a raise in its middle would leave half done and loud: a database
+    pool closing its connections logs every close it is interrupted in, with a traceback.
+    Off the main thread it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def _hold(signum: int, _frame: FrameType | None) -> None:
+        held.append(signum)
+
+    previous = {signum: signal.signal(signum, _hold) for signum in SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if held:
+            signal.raise_signal(held[0])

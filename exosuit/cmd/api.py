@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from exosuit.cmd import add_config_argument, setup_logging
 from exosuit.conf import ApiSettings, DatabaseSettings, DefaultSettings, make_conf
-from exosuit.stopping import stop_while_starting
+from exosuit.stopping import signals_held, stop_while_starting
 
 if TYPE_CHECKING:
     from oslo_config import cfg
@@ -158,7 +158,8 @@ def _check_schema(conf: cfg.ConfigOpts) -> None:
     try:
         problem = migration.start_problem(db, wait=DatabaseSettings.from_conf(conf).startup_wait)
     finally:
-        db.dispose()
+        with signals_held():  # a stop comes after the pool has closed its connections
+            db.dispose()
     if problem is not None:
         raise SystemExit(f"exosuit-api: {problem}")
 
