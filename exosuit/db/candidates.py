@@ -601,7 +601,10 @@ def _evaluate_host(
             if candidate.deployable_id not in closest or rank > closest[candidate.deployable_id][0]:
                 closest[candidate.deployable_id] = (rank, reason[0], reason[1], index)
     for index, loaded in prefer.items():
-        fits[index].sort(key=lambda c: c.bitstream_id not in loaded)
+        # A group that asks for no unit (resources:X=0 beside an image) has nothing to
+        # place, so nothing to prefer either.
+        if index in fits:
+            fits[index].sort(key=lambda c: c.bitstream_id not in loaded)
     verdicts = {c.deployable_id: _verdict(c, *closest[c.deployable_id][1:]) for c in found}
     options: list[Option] = []
 

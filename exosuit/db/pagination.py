@@ -48,9 +48,11 @@ def paginate(
     ident = table.c.id
     descending = page.sort_dir == "desc"
     if page.marker is not None:
-        lookup = sa.select(column.label("v"), ident).where(
-            (table.c.uuid if marker_column is None else marker_column) == page.marker
-        )
+        named = table.c.uuid if marker_column is None else marker_column
+        # An integer column's marker is compared as an integer: PostgreSQL casts a text
+        # one to the column's type, and one beyond it is an error there, not "not found".
+        wanted: Any = int(page.marker) if isinstance(named.type, sa.Integer) else page.marker
+        lookup = sa.select(column.label("v"), ident).where(named == wanted)
         if visible is not None:
             lookup = lookup.where(visible)
         marker = conn.execute(lookup).first()

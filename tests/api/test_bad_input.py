@@ -399,3 +399,28 @@ def test_another_projects_instance_neither_shows_nor_blocks_a_bind(api):
     bound = [a for a in api.get("/v2/accelerator_requests").json["arqs"] if a["state"] == "Bound"]
     assert len(bound) == 3
     assert len({a["attach_handle_uuid"] for a in bound}) == 3
+
+
+def test_a_jobs_marker_beyond_the_id_column_is_400(api):
+    """Regression (the fuzz campaign after issue 24): PostgreSQL cast a marker of 15 digits
+    to the integer column and failed (500); a marker is compared as an integer now."""
+    for path, code in (("/v2/jobs", 400), ("/v2/audit_events", 400)):
+        r = api.get(f"{path}?marker=947985358000352", version="2.9")
+        assert r.status_code == code, r.body
+        assert "marker 947985358000352 not found" in r.text
+
+
+def test_a_claim_of_a_group_asking_for_an_image_and_no_unit_is_not_a_500(api):
+    """Regression (the fuzz campaign after issue 24): a group with an ``accel:`` key and no
+    ``resources:`` has no unit to place; the image it asks for was still preferred for it
+    (KeyError, 500)."""
+    api.put("/agent/v1/hosts/h1/inventory", snapshot("h1", [fpga("0000:5e:00.0")]))
+    profile = [
+        {
+            "name": "no-unit",
+            "groups": [{"resources:FPGA": "1"}, {"accel:function_id": "f"}],
+        }
+    ]
+    assert api.post("/v2/device_profiles", profile).status_code == 201
+    r = api.post("/v2/claims", {"device_profile_name": "no-unit"}, version="2.10")
+    assert r.status_code < 500, r.body
