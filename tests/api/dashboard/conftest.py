@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+import uuid
 from pathlib import Path
 
 import pytest
+import requests
 
+from exosuit.db import jobs as jobs_db
+from exosuit.db.api import Database
 from tests.conftest import require
 
 CHROMIUM = (
@@ -96,3 +101,28 @@ def screenshot(page, name: str) -> Path:
 def pytest_terminal_summary(terminalreporter):
     for path in _screenshots:
         terminalreporter.write_line(f"dashboard screenshot: {path}")
+
+
+def make_failed_job(server, kind: str, payload: dict | None = None, wait: float = 30.0) -> dict:
+    """A failed job of the conductor of ``server`` (an ``exosuit serve``), as the API
+    shows it. A job of a kind no conductor handles fails at its first attempt (the
+    conductor records why); it is enqueued in serve's database as the API enqueues its
+    jobs: no endpoint makes one on purpose."""
+    db = Database(f"sqlite:///{server.data_dir}/exosuit.sqlite")
+    try:
+        job_id = db.write(jobs_db.enqueue, kind, payload or {}, key=f"{kind}:{uuid.uuid4()}")
+    finally:
+        db.dispose()
+    deadline = time.monotonic() + wait
+    while True:
+        r = requests.get(
+            f"{server.url}/v2/jobs/{job_id}",
+            headers={"OpenStack-API-Version": "accelerator 2.5"},
+            timeout=10,
+        )
+        assert r.status_code == 200, r.text
+        job = r.json()
+        if job["state"] == "failed":
+            return job
+        assert time.monotonic() < deadline, f"job {job_id} never failed: {job}"
+        time.sleep(0.1)

@@ -22,10 +22,9 @@ import requests
 import sqlalchemy as sa
 from playwright.sync_api import Page, expect
 
-from exosuit.db import jobs as jobs_db
 from exosuit.db import models
 from exosuit.db.api import Database
-from tests.api.dashboard.conftest import PHONE, screenshot
+from tests.api.dashboard.conftest import PHONE, make_failed_job, screenshot
 from tests.helpers.inventory import fpga, snapshot
 from tests.helpers.serve_fixture import serving
 
@@ -81,24 +80,8 @@ def report(server, hostname: str, devices) -> None:
 
 @pytest.fixture(scope="module")
 def failed_job(server) -> dict:
-    """A failed job of the conductor of ``server``.
-
-    A job of a kind no conductor handles fails at its first attempt (the conductor
-    records why). It is enqueued in serve's database as the API enqueues its jobs: no
-    endpoint makes one on purpose.
-    """
-    db = Database(f"sqlite:///{server.data_dir}/exosuit.sqlite")
-    try:
-        job_id = db.write(jobs_db.enqueue, "dashboard_test", {}, key=f"dashboard:{uuid.uuid4()}")
-    finally:
-        db.dispose()
-    deadline = time.monotonic() + WAIT
-    while True:
-        job = api_json(server, f"/v2/jobs/{job_id}")
-        if job["state"] == "failed":
-            return job
-        assert time.monotonic() < deadline, f"job {job_id} never failed: {job}"
-        time.sleep(0.1)
+    """A failed job of the conductor of ``server``."""
+    return make_failed_job(server, "dashboard_test")
 
 
 @pytest.fixture(scope="module")

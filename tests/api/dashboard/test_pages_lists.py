@@ -20,10 +20,9 @@ import requests
 import sqlalchemy as sa
 from playwright.sync_api import Page, expect
 
-from exosuit.db import jobs as jobs_db
 from exosuit.db import models
 from exosuit.db.api import Database
-from tests.api.dashboard.conftest import PHONE
+from tests.api.dashboard.conftest import PHONE, make_failed_job
 from tests.helpers.serve_fixture import serving
 
 pytestmark = pytest.mark.slow
@@ -170,26 +169,9 @@ def claim(server):
     assert r.status_code == 204, r.text
 
 
-def make_failed_job(server, kind: str) -> dict:
-    """A job of a kind no conductor handles: it fails at its first attempt (enqueued in
-    serve's database as the API enqueues its jobs: no endpoint makes one on purpose)."""
-    db = Database(f"sqlite:///{server.data_dir}/exosuit.sqlite")
-    try:
-        job_id = db.write(jobs_db.enqueue, kind, {"why": "a test"}, key=f"lists:{uuid.uuid4()}")
-    finally:
-        db.dispose()
-    deadline = time.monotonic() + WAIT
-    while True:
-        job = api_json(server, f"/v2/jobs/{job_id}")
-        if job["state"] == "failed":
-            return job
-        assert time.monotonic() < deadline, f"job {job_id} never failed: {job}"
-        time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def failed_job(server) -> dict:
-    return make_failed_job(server, "lists_test")
+    return make_failed_job(server, "lists_test", {"why": "a test"})
 
 
 # -- claims ----------------------------------------------------------------------------

@@ -26,7 +26,6 @@ import math
 import os
 import time
 import urllib.parse
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,11 +34,10 @@ import requests
 import sqlalchemy as sa
 from playwright.sync_api import expect
 
-from exosuit.db import jobs as jobs_db
 from exosuit.db import models
 from exosuit.db.api import Database
 from exosuit.drivers.base import HEALTH_UNHEALTHY, Health
-from tests.api.dashboard.conftest import LAPTOP
+from tests.api.dashboard.conftest import LAPTOP, make_failed_job
 from tests.helpers.inventory import fpga
 from tests.helpers.serve_fixture import ExosuitServer
 
@@ -133,21 +131,6 @@ class _Healthy(_Sick):
         return Health()
 
 
-def _failed_job(server) -> int:
-    """A job of a kind no conductor handles: it fails at its first attempt. Enqueued in
-    serve's database as the API enqueues its jobs (no endpoint makes one on purpose)."""
-    db = Database(f"sqlite:///{server.data_dir}/exosuit.sqlite")
-    try:
-        job_id = db.write(jobs_db.enqueue, "walk_test", {}, key=f"walk:{uuid.uuid4()}")
-    finally:
-        db.dispose()
-    deadline = time.monotonic() + WAIT
-    while _api(server.url, "GET", f"/v2/jobs/{job_id}")["state"] != "failed":
-        assert time.monotonic() < deadline, f"job {job_id} never failed"
-        time.sleep(0.2)
-    return int(job_id)
-
-
 def _past_history(server, hours: int = 5, every_minutes: int = 10) -> None:
     """The hours before the walk, for the charts: the conductor's first recorded bucket of
     each device and model copied into a bucket every ``every_minutes``, its figures varied
@@ -225,7 +208,7 @@ def fleet(tmp_path_factory):
             url, "POST", "/v2/accelerator_requests", json={"device_profile_name": "walk-gpu"}
         )["arqs"]
         found.arq = arq["uuid"]
-        found.failed_job = _failed_job(server)
+        found.failed_job = make_failed_job(server, "walk_test")["id"]
         # An image in the catalogue (its data uploaded), and the audit trail's newest record.
         data = b"walk image"
         digest = hashlib.sha256(data).hexdigest()
