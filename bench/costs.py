@@ -61,7 +61,7 @@ import sqlalchemy as sa
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-__all__ = ["ServerCounters", "commit_floor", "per_op"]
+__all__ = ["RoundTripProxy", "ServerCounters", "StatementCounter", "commit_floor", "per_op"]
 
 
 def _percentile(values: list[float], fraction: float) -> float:
@@ -343,6 +343,177 @@ class ServerCounters:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+# --- counted in-process: statements and commits, and round trips on the wire -----------
+
+
+class StatementCounter:
+    """Statements, write commits and rollbacks an exosuit ``Database`` sends, counted by
+    SQLAlchemy's events on its engines while attached (``with`` or ``attach()`` /
+    ``detach()``); ``counts()`` gives the totals so far.
+
+    * ``statements``: every statement a cursor executes, but ``BEGIN``, ``COMMIT``
+      and ``ROLLBACK`` (SQLite's ``BEGIN IMMEDIATE`` is counted in ``begins``); plus
+      the reads ``readers`` (exosuit.db.changes.CounterReader) send on their
+      connection of their own, which the events do not see (their ``direct_reads``);
+    * ``commits`` / ``rollbacks``: those of write transactions (``Database.writer``):
+      the durable commits the commit floor is about (SQLite's read transactions
+      also commit; they write nothing and are not counted);
+    * ``transactions``: write transactions begun.
+    """
+
+    KEYS = ("statements", "commits", "rollbacks", "transactions")
+
+    def __init__(self, database: Any, readers: tuple[Any, ...] = ()) -> None:
+        self.engines = list({id(e): e for e in (database.engine, database._read_engine)}.values())
+        self.readers = readers
+        self._counts = dict.fromkeys(self.KEYS, 0)
+        self._direct0 = 0
+        self._lock = threading.Lock()
+        self._attached = False
+
+    def _add(self, key: str) -> None:
+        with self._lock:
+            self._counts[key] += 1
+
+    @staticmethod
+    def _writer(conn: Any) -> bool:
+        return bool(conn.get_execution_options().get("exosuit_writer"))
+
+    def _on_execute(self, conn, cursor, statement, parameters, context, executemany) -> None:
+        head = statement.lstrip()[:9].upper()
+        if head.startswith(("BEGIN", "COMMIT", "ROLLBACK")):
+            return
+        self._add("statements")
+
+    def _on_commit(self, conn: Any) -> None:
+        if self._writer(conn):
+            self._add("commits")
+
+    def _on_rollback(self, conn: Any) -> None:
+        if self._writer(conn):
+            self._add("rollbacks")
+
+    def _on_begin(self, conn: Any) -> None:
+        if self._writer(conn):
+            self._add("transactions")
+
+    def _events(self):
+        return (
+            ("before_cursor_execute", self._on_execute),
+            ("commit", self._on_commit),
+            ("rollback", self._on_rollback),
+            ("begin", self._on_begin),
+        )
+
+    def attach(self) -> StatementCounter:
+        for engine in self.engines:
+            for name, fn in self._events():
+                sa.event.listen(engine, name, fn)
+        self._direct0 = sum(r.direct_reads for r in self.readers)
+        self._attached = True
+        return self
+
+    def detach(self) -> None:
+        if not self._attached:
+            return
+        for engine in self.engines:
+            for name, fn in self._events():
+                sa.event.remove(engine, name, fn)
+        self._attached = False
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            out = dict(self._counts)
+        out["statements"] += sum(r.direct_reads for r in self.readers) - self._direct0
+        return out
+
+    __enter__ = attach
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.detach()
+
+
+class RoundTripProxy:
+    """A TCP proxy on a free loopback port in front of a database server, counting the
+    round trips its clients make: each time a client sends after the server spoke (or
+    first), one more. Whatever the driver (psycopg2's implicit ``BEGIN``, PyMySQL's
+    ``COMMIT``, a pool's ping or reset), what crosses the wire is counted, and only
+    that; a request split over several packets, or several messages sent at once
+    (pipelined), is one. ``url(db_url)`` is ``db_url`` through the proxy; ``count``
+    the round trips so far (connecting counts too: read it before and after)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        import socket
+
+        self.upstream = (host, port)
+        self.count = 0
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._sockets: list[Any] = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True, name="round-trips").start()
+
+    @classmethod
+    def for_url(cls, db_url: str) -> RoundTripProxy:
+        url = sa.make_url(db_url)
+        default = 5432 if url.get_backend_name() == "postgresql" else 3306
+        return cls(url.host or "127.0.0.1", url.port or default)
+
+    def url(self, db_url: str) -> str:
+        url = sa.make_url(db_url).set(host="127.0.0.1", port=self.port)
+        return url.render_as_string(hide_password=False)
+
+    def _accept(self) -> None:
+        import socket
+
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.upstream)
+            except OSError:
+                client.close()
+                continue
+            for sock in (client, server):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sockets += [client, server]
+            turn = {"last": "server"}
+            for source, sink, side in ((client, server, "client"), (server, client, "server")):
+                threading.Thread(
+                    target=self._pump, args=(source, sink, side, turn), daemon=True
+                ).start()
+
+    def _pump(self, source: Any, sink: Any, side: str, turn: dict[str, str]) -> None:
+        import socket
+
+        try:
+            while True:
+                data = source.recv(262144)
+                if not data:
+                    break
+                if side == "client" and turn["last"] != "client":
+                    with self._lock:
+                        self.count += 1
+                # Set before forwarding: the other side answers only after it has it.
+                turn["last"] = side
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
 
 
 def per_op(counts: dict[str, int | None], ops: int) -> dict[str, float | None]:
