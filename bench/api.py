@@ -75,7 +75,8 @@ SCENARIOS = {
     "version": "GET /v2 (no database)",
     "deployables": "GET /v2/deployables",
     "profile": "device profile POST+DELETE",
-    "arq": "ARQ create+bind+delete",
+    "arq": "ARQ create+bind+wait+delete",
+    "arq_nowait": "ARQ create+bind+delete",
 }
 
 
@@ -167,6 +168,69 @@ def _expect(status: int, body: bytes, expected: int, what: str) -> None:
 
 # --- scenarios: one operation each, returning nothing, raising BenchError ------------------
 
+# What an ARQ's state is once its bind is over, for Nova (nova-observed.md): it stops
+# polling when every ARQ of the instance is in one of these.
+RESOLVED = ("Bound", "BindFailed", "Deleting")
+# How long a cycle waits for its bind to be resolved before the run fails.
+BIND_WAIT = 30.0
+
+
+def profile_cycle(client, name: str) -> None:
+    """``POST /v2/device_profiles`` + ``DELETE /v2/device_profiles/{uuid}``; ``client``
+    is any object with ``request(method, path, body=None) -> (status, body)``."""
+    status, body = client.request(
+        "POST", "/v2/device_profiles", [{"name": name, "groups": [{"resources:FPGA": "1"}]}]
+    )
+    _expect(status, body, 201, "POST /v2/device_profiles")
+    profile_uuid = json.loads(body)["uuid"]
+    status, body = client.request("DELETE", f"/v2/device_profiles/{profile_uuid}")
+    _expect(status, body, 204, "DELETE /v2/device_profiles/{uuid}")
+
+
+def arq_cycle(client, rp_uuid: str, wait: bool = True) -> None:
+    """Nova's cycle for one server with one accelerator: ``POST
+    /v2/accelerator_requests``, one ``PATCH`` binding it to ``rp_uuid`` on the bench's
+    host, then (``wait``) ``GET /v2/accelerator_requests?instance=`` until every ARQ of
+    the instance is resolved, as nova-compute polls (the first answer already is when
+    the bind needs no work on the host), and ``DELETE ?instance=``. A bind that ends
+    other than Bound fails the run."""
+    status, body = client.request(
+        "POST", "/v2/accelerator_requests", {"device_profile_name": ARQ_PROFILE}
+    )
+    _expect(status, body, 201, "POST /v2/accelerator_requests")
+    (arq,) = json.loads(body)["arqs"]
+    instance = str(uuid.uuid4())
+    status, body = client.request(
+        "PATCH",
+        "/v2/accelerator_requests",
+        {
+            arq["uuid"]: [
+                {"op": "add", "path": "/hostname", "value": HOSTNAME},
+                {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
+                {"op": "add", "path": "/instance_uuid", "value": instance},
+            ]
+        },
+    )
+    _expect(status, body, 202, "PATCH /v2/accelerator_requests (bind)")
+    if wait:
+        deadline = time.monotonic() + BIND_WAIT
+        while True:
+            status, body = client.request("GET", f"/v2/accelerator_requests?instance={instance}")
+            _expect(status, body, 200, "GET /v2/accelerator_requests?instance=")
+            arqs = json.loads(body)["arqs"]
+            if not arqs:  # an error for Nova too
+                raise BenchError(f"GET ?instance={instance}: no ARQ")
+            states = {a["state"] for a in arqs}
+            if states <= set(RESOLVED):
+                break
+            if time.monotonic() > deadline:
+                raise BenchError(f"instance {instance}: ARQs still {sorted(states)}")
+            time.sleep(0.005)
+        if states != {"Bound"}:
+            raise BenchError(f"instance {instance}: bind ended {sorted(states)}")
+    status, body = client.request("DELETE", f"/v2/accelerator_requests?instance={instance}")
+    _expect(status, body, 204, "DELETE /v2/accelerator_requests?instance=")
+
 
 class Scenario:
     """The per-client state of a scenario (``op`` is one measured operation)."""
@@ -188,40 +252,20 @@ class Scenario:
 
     def _profile(self, conn: Connection) -> None:
         self.count += 1
-        name = f"bench-{os.getpid()}-{self.client_id}-{self.count}"
-        status, body = conn.request(
-            "POST", "/v2/device_profiles", [{"name": name, "groups": [{"resources:FPGA": "1"}]}]
-        )
-        _expect(status, body, 201, "POST /v2/device_profiles")
-        profile_uuid = json.loads(body)["uuid"]
-        status, body = conn.request("DELETE", f"/v2/device_profiles/{profile_uuid}")
-        _expect(status, body, 204, "DELETE /v2/device_profiles/{uuid}")
+        profile_cycle(conn, f"bench-{os.getpid()}-{self.client_id}-{self.count}")
 
-    def _arq(self, conn: Connection) -> None:
+    def _next_rp(self) -> str:
         # Each client walks the deployables from its own starting point, so that
         # concurrent binds spread over the devices (and share them as well).
         rp_uuid = self.rp_uuids[(self.client_id + self.count) % len(self.rp_uuids)]
         self.count += 1
-        status, body = conn.request(
-            "POST", "/v2/accelerator_requests", {"device_profile_name": ARQ_PROFILE}
-        )
-        _expect(status, body, 201, "POST /v2/accelerator_requests")
-        (arq,) = json.loads(body)["arqs"]
-        instance = str(uuid.uuid4())
-        status, body = conn.request(
-            "PATCH",
-            "/v2/accelerator_requests",
-            {
-                arq["uuid"]: [
-                    {"op": "add", "path": "/hostname", "value": HOSTNAME},
-                    {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
-                    {"op": "add", "path": "/instance_uuid", "value": instance},
-                ]
-            },
-        )
-        _expect(status, body, 202, "PATCH /v2/accelerator_requests (bind)")
-        status, body = conn.request("DELETE", f"/v2/accelerator_requests?instance={instance}")
-        _expect(status, body, 204, "DELETE /v2/accelerator_requests?instance=")
+        return rp_uuid
+
+    def _arq(self, conn: Connection) -> None:
+        arq_cycle(conn, self._next_rp())
+
+    def _arq_nowait(self, conn: Connection) -> None:
+        arq_cycle(conn, self._next_rp(), wait=False)
 
 
 def _client(name, client_id, address, rp_uuids, warmup, duration, ready, go, results) -> None:
