@@ -58,6 +58,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench._common import database_growth, database_size  # noqa: E402
+from bench.costs import ServerCounters, commit_floor, per_op  # noqa: E402
 from tests.helpers.inventory import fpga, snapshot  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
@@ -384,7 +385,12 @@ def _percentile(values: list[float], fraction: float) -> float:
     return values[index]
 
 
-def run_scenario(name: str, clients: int, args, address, rp_uuids, api_pid: int) -> dict:
+def run_scenario(
+    name: str, clients: int, args, address, rp_uuids, api_pid: int, counters=None
+) -> dict:
+    """One scenario with ``clients`` clients; ``counters`` (bench/costs.py's
+    ServerCounters, or None) are read when the clients start and when they are done
+    (``args.settle``: once PostgreSQL has reported its idle backends' counts)."""
     ctx = multiprocessing.get_context("fork")
     ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [
@@ -400,6 +406,7 @@ def run_scenario(name: str, clients: int, args, address, rp_uuids, api_pid: int)
     try:
         for _ in procs:
             ready.get(timeout=args.warmup + 120)
+        server0 = _server_counters(counters, args)
         db0 = _db_server_cpu(args.db)
         api0, machine0, wall0 = _api_cpu(api_pid), _machine_busy(), time.perf_counter()
         go.set()
@@ -407,6 +414,7 @@ def run_scenario(name: str, clients: int, args, address, rp_uuids, api_pid: int)
         wall = time.perf_counter() - wall0
         api1, machine1 = _api_cpu(api_pid), _machine_busy()
         db1 = _db_server_cpu(args.db)
+        server1 = _server_counters(counters, args)
     finally:
         for proc in procs:
             proc.join(timeout=10)
@@ -422,6 +430,9 @@ def run_scenario(name: str, clients: int, args, address, rp_uuids, api_pid: int)
     api_user = sum(cpu[0] - api0.get(pid, (0.0, 0.0))[0] for pid, cpu in api1.items())
     api_sys = sum(cpu[1] - api0.get(pid, (0.0, 0.0))[1] for pid, cpu in api1.items())
     api_cpu = api_user + api_sys
+    server = None
+    if server0 is not None and server1 is not None:
+        server = per_op(counters.delta(server0, server1), ops)
     return {
         "scenario": name,
         "description": SCENARIOS[name],
@@ -441,8 +452,49 @@ def run_scenario(name: str, clients: int, args, address, rp_uuids, api_pid: int)
         "api_cpu_ms_per_op": round(api_cpu * 1000 / ops, 2) if ops else None,
         "api_cpu_system_share": round(api_sys / api_cpu, 2) if api_cpu else None,
         "db_server_cpu": round((db1 - db0) / wall, 2),
+        # CPU milliseconds of the local database server per operation (any client's
+        # work on that server while the scenario ran: an upper bound).
+        "db_cpu_ms_per_op": round((db1 - db0) * 1000 / ops, 2) if ops else None,
         "machine_cpu": round((machine1 - machine0) / wall, 2),
+        # What the database server counted per operation (bench/costs.py), or None.
+        "server_per_op": server,
     }
+
+
+def _server_counters(counters, args) -> dict | None:
+    """A snapshot of the server's counters, or None (none, or PostgreSQL unsettled)."""
+    if counters is None or counters.backend == "sqlite":
+        return None
+    if counters.backend == "postgresql":
+        return counters.settle() if args.settle else None
+    return counters.snapshot()
+
+
+def add_costs(result: dict, counted: dict | None, floors: dict[int, dict]) -> None:
+    """Add to ``result`` (one scenario's) its costs per operation (``counted``: the
+    in-process count pass's figures for the scenario) and its gap to the commit floor
+    measured with as many connections (``floors``): see the module's docstring."""
+    floor = floors.get(result["clients"])
+    costs: dict = {
+        key: None if counted is None else counted.get(key)
+        for key in ("writes", "statements", "commits", "rollbacks", "round_trips")
+    }
+    costs["api_cpu_ms"] = result["api_cpu_ms_per_op"]
+    costs["db_cpu_ms"] = result["db_cpu_ms_per_op"]
+    server = result.get("server_per_op") or {}
+    costs["server_statements"] = server.get("statements")
+    costs["server_commits"] = server.get("commits")
+    costs["floor_ms"] = costs["floor_ops_per_s"] = costs["gap"] = None
+    writes = costs["writes"]
+    if floor is not None and writes:
+        costs["floor_ms"] = round(writes * floor["p50_ms"], 3)
+        if result["clients"] == 1:
+            costs["floor_ops_per_s"] = round(1000 / costs["floor_ms"], 1)
+            costs["gap"] = round(result["p50_ms"] / costs["floor_ms"], 1)
+        else:
+            costs["floor_ops_per_s"] = round(floor["commits_per_s"] / writes, 1)
+            costs["gap"] = round(costs["floor_ops_per_s"] / result["ops_per_s"], 1)
+    result["costs"] = costs
 
 
 # --- database, server and seed ------------------------------------------------------------
@@ -662,6 +714,71 @@ def format_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _figure(value, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def format_costs(results: list[dict]) -> str:
+    """Costs per operation (issue 25): what ``add_costs`` added to each result."""
+    header = (
+        "scenario",
+        "clients",
+        "p50 ms",
+        "ops/s",
+        "writes",
+        "commits",
+        "stmts",
+        "trips",
+        "srv stmts",
+        "srv commits",
+        "API CPU ms",
+        "DB CPU ms",
+        "floor ms",
+        "floor ops/s",
+        "gap x",
+    )
+    rows = [header]
+    for r in results:
+        c = r["costs"]
+        rows.append(
+            (
+                r["description"],
+                str(r["clients"]),
+                f"{r['p50_ms']:.2f}",
+                f"{r['ops_per_s']:.1f}",
+                _figure(c["writes"], 0),
+                _figure(c["commits"]),
+                _figure(c["statements"]),
+                _figure(c["round_trips"]),
+                _figure(c["server_statements"]),
+                _figure(c["server_commits"]),
+                _figure(c["api_cpu_ms"]),
+                _figure(c["db_cpu_ms"]),
+                _figure(c["floor_ms"]),
+                _figure(c["floor_ops_per_s"], 1),
+                _figure(c["gap"], 1),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = []
+    for n, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+        ]
+        lines.append("  ".join(cells))
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_floors(floors: dict[int, dict]) -> str:
+    return "; ".join(
+        f"x{n}: p50 {f['p50_ms']:.3f} ms, p95 {f['p95_ms']:.3f} ms, "
+        f"{f['commits_per_s']:.0f} commits/s"
+        for n, f in sorted(floors.items())
+    )
+
+
 def _default_threads() -> int:
     from exosuit.conf import make_conf
 
@@ -733,6 +850,27 @@ def parse_args(argv=None):
         "framework alone).",
     )
     parser.add_argument(
+        "--floor-commits",
+        type=int,
+        default=300,
+        help="Transactions timed for the commit floor at each concurrency (default 300; "
+        "0: no floor).",
+    )
+    parser.add_argument(
+        "--count-ops",
+        type=int,
+        default=20,
+        help="Operations of each scenario counted in-process for statements, commits "
+        "and round trips per operation (default 20; 0: no count pass).",
+    )
+    parser.add_argument(
+        "--settle",
+        action="store_true",
+        help="PostgreSQL: read the server's counters around each run once its backends "
+        "have reported them (about 11 s before and after each run); without it, "
+        "PostgreSQL's server-side columns are left empty.",
+    )
+    parser.add_argument(
         "--json", metavar="PATH", help="Also write the results as JSON to PATH ('-' for stdout)."
     )
     parser.add_argument("--keep-log", metavar="PATH", help="Copy the server log to PATH.")
@@ -758,6 +896,7 @@ def main(argv=None) -> int:
     workdir = tempfile.mkdtemp(prefix="exosuit-bench-api-")
     database = server = None
     results: list[dict] = []
+    server_scope = "no server: nothing counted server-side"
     try:
         database = BenchDatabase(args.db, workdir, args.mysql_driver)
         port = _free_port()
@@ -784,16 +923,39 @@ def main(argv=None) -> int:
             file=sys.stderr,
             flush=True,
         )
-        for name in args.scenarios:
+        floors: dict[int, dict] = {}
+        if args.floor_commits > 0:
             for clients in args.concurrency:
-                result = run_scenario(name, clients, args, address, rp_uuids, server.proc.pid)
-                results.append(result)
-                print(
-                    f"  {SCENARIOS[name]} x{clients}: {result['ops_per_s']} ops/s, "
-                    f"p50 {result['p50_ms']} ms",
-                    file=sys.stderr,
-                    flush=True,
+                floors[clients] = commit_floor(
+                    database.url, n=max(args.floor_commits, clients), concurrency=clients
                 )
+            print(f"  commit floor: {format_floors(floors)}", file=sys.stderr, flush=True)
+        counted: dict[str, dict] = {}
+        if args.count_ops > 0:
+            from bench.api_inprocess import count_costs
+
+            counted = count_costs(
+                database.url, args.scenarios, ops=args.count_ops, rp_uuids=rp_uuids
+            )
+        counters = ServerCounters(database.url) if args.db != "sqlite" else None
+        try:
+            for name in args.scenarios:
+                for clients in args.concurrency:
+                    result = run_scenario(
+                        name, clients, args, address, rp_uuids, server.proc.pid, counters
+                    )
+                    add_costs(result, counted.get(name), floors)
+                    results.append(result)
+                    print(
+                        f"  {SCENARIOS[name]} x{clients}: {result['ops_per_s']} ops/s, "
+                        f"p50 {result['p50_ms']} ms",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+        finally:
+            if counters is not None:
+                server_scope = counters.scope
+                counters.close()
         check_clean(address)
         # What the runs left in the database (audit records, Nova's notification jobs,
         # which no conductor runs here): rows and bytes added since the schema was made.
@@ -819,6 +981,17 @@ def main(argv=None) -> int:
         "CPU columns are cores busy while the scenario ran: client processes, exosuit-api "
         "processes, the local database server, the whole machine (the rest is other work)."
     )
+    print(
+        f"\nCosts per operation (issue 25); commit floor on this database: {format_floors(floors)}"
+    )
+    print(format_costs(results))
+    print(
+        "writes, commits, stmts (SQL statements) and trips (round trips to the database "
+        "server) per operation: counted in-process (bench/api_inprocess.py count_costs). "
+        f"srv: what the server counted ({server_scope}). floor ms: writes x the commit "
+        "floor's p50; floor ops/s: the floor's rate; gap x: how far from it (the module's "
+        "docstring)."
+    )
     if args.json:
         report = {
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -838,6 +1011,9 @@ def main(argv=None) -> int:
             "warmup": args.warmup,
             "results": results,
             "database_added": left,
+            "commit_floor": {str(n): f for n, f in floors.items()},
+            "counted_in_process": counted,
+            "server_counters": server_scope,
         }
         text = json.dumps(report, indent=2)
         if args.json == "-":

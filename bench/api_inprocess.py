@@ -65,6 +65,7 @@ class InProcessClient:
     def __init__(self, app) -> None:
         self.app = app
         self.requests = 0
+        self.writes = 0  # requests that change something (not GET or HEAD)
 
     def request(self, method: str, path: str, body=None, headers=None) -> tuple[int, bytes]:
         path, _, query = path.partition("?")
@@ -97,6 +98,7 @@ class InProcessClient:
             environ["CONTENT_LENGTH"] = str(len(data))
         status: list[str] = []
         self.requests += 1
+        self.writes += method not in ("GET", "HEAD")
 
         def start_response(line, headers, exc_info=None):
             status.append(line)
@@ -224,7 +226,7 @@ def count_costs(
     """What one operation of each scenario in ``names`` sends to the database at
     ``db_url``, counted in-process (the application exosuit-api serves, called
     directly, one client, after ``warmup`` unmeasured operations): per operation,
-    ``requests``, ``statements`` (every SQL statement but BEGIN/COMMIT/ROLLBACK, the
+    ``requests``, ``writes`` (requests other than GET), ``statements`` (every SQL statement but BEGIN/COMMIT/ROLLBACK, the
     cache's counter reads included), ``commits`` and ``rollbacks`` of write
     transactions, ``transactions`` (write transactions begun) and ``round_trips`` to
     the server, counted on the wire by bench/costs.py's RoundTripProxy (None on
@@ -257,7 +259,8 @@ def count_costs(
                 op = getattr(scenarios, name)
                 for _ in range(warmup):
                     op()
-                before, trips, requests = counter.counts(), proxy and proxy.count, client.requests
+                before, trips = counter.counts(), proxy and proxy.count
+                requests, writes = client.requests, client.writes
                 for _ in range(ops):
                     op()
                 after = counter.counts()
@@ -265,6 +268,7 @@ def count_costs(
                     key: after[key] - before[key] for key in counter.KEYS
                 }
                 counts["requests"] = client.requests - requests
+                counts["writes"] = client.writes - writes
                 counts["round_trips"] = proxy.count - trips if proxy else None
                 results[name] = {"ops": ops, **per_op(counts, ops)}
     finally:
