@@ -1,7 +1,8 @@
-"""Benchmark exosuit-api: real gunicorn workers, a real database, a lean keep-alive client.
+"""Benchmark exosuit-api: real API workers, a real database, a lean keep-alive client.
 
     .venv/bin/python bench/api.py --db {sqlite,postgresql,mariadb,galera} [--workers N]
         [--threads T] [--duration S] [--concurrency 1,8] [--scenarios ...] [--json PATH]
+        [--floor-commits N] [--count-ops N] [--settle]
 
 Figures and the machine they were measured on: doc/benchmarks.md.
 
@@ -10,24 +11,68 @@ What it does, in order:
 1. creates a fresh database (a SQLite file in a temporary folder, a new database
    on the local PostgreSQL / MariaDB server, or on a private 3-node Galera cluster
    that it starts: bench/galera.py) and runs ``exosuit-manage db upgrade``;
-2. starts ``exosuit-api`` (gunicorn gthread workers, noauth) on a free loopback port;
+2. starts ``exosuit-api`` (noauth) on a free loopback port;
 3. seeds one host through the agent API: 10 fake FPGAs with 16 attach handles each,
    so ``GET /v2/deployables`` returns exactly 10 deployables;
-4. runs every scenario sequentially (1 connection) and N-way concurrently (N
+4. measures the commit floor on that database (bench/costs.py ``commit_floor``: one
+   row inserted and committed, durably, through the same driver, ``--floor-commits``
+   times, on 1 connection and on as many as each concurrency below);
+5. counts what one operation of each scenario sends to the database, in-process
+   (bench/api_inprocess.py ``count_costs``: the same application called directly,
+   ``--count-ops`` operations): writes, statements, commits, round trips;
+6. runs every scenario sequentially (1 connection) and N-way concurrently (N
    connections, one client process each, closed loop), after a short warm-up:
 
    * ``deployables``: ``GET /v2/deployables``;
    * ``profile``: ``POST /v2/device_profiles`` + ``DELETE /v2/device_profiles/{uuid}``;
-   * ``arq``: ``POST /v2/accelerator_requests`` + ``PATCH`` bind +
-     ``DELETE ?instance=`` (noauth without identity headers is an admin with a
+   * ``arq``: Nova's cycle for a server with one accelerator: ``POST
+     /v2/accelerator_requests``, the ``PATCH`` bind, ``GET ?instance=`` until every ARQ
+     of the instance is resolved (Bound, BindFailed or Deleting), as nova-compute polls
+     (one GET when the bind needs no work on its host, as here), and ``DELETE
+     ?instance=``: 4 requests (noauth without identity headers is an admin with a
      service token, so binds are allowed);
+   * ``arq_nowait`` (not run by default): the same without the GET, 3 requests;
    * ``version`` (not run by default): ``GET /v2``, no database: what the server
      and the framework cost alone;
 
-5. prints ops/s, requests/s and p50/p95 latency per scenario, with the CPU used by
-   the client processes, the API processes and the whole machine (in cores), and
-   optionally writes the results as JSON;
-6. stops the server and drops the database, whatever happened.
+   and reads the database server's own counters (bench/costs.py ``ServerCounters``)
+   when the clients start and when they are done;
+7. prints ops/s, requests/s and p50/p95 latency per scenario, with the CPU used by
+   the client processes, the API processes and the whole machine (in cores); then
+   the costs per operation (below); optionally writes all of it as JSON;
+8. stops the server and drops the database, whatever happened.
+
+Costs per operation (issue 25), the second table:
+
+* ``writes``: requests that change something (not GET): each must answer after its
+  change is durable, so each needs one durable commit at least;
+* ``commits``, ``stmts``, ``trips``: durable (write) commits, SQL statements (BEGIN,
+  COMMIT and ROLLBACK aside) and round trips to the database server per operation,
+  counted in-process (step 5; round trips on the wire by a counting proxy, so what
+  the driver adds is in: psycopg2 sends BEGIN as a round trip of its own, PyMySQL
+  none; "-" on SQLite, which has no server). Machine-independent;
+* ``srv stmts``, ``srv commits``: what the database server counted over the HTTP run,
+  per operation. MariaDB: ``Questions`` and ``Com_commit`` of ``SHOW GLOBAL STATUS``,
+  the whole server's, so other clients of the same server (other work on the
+  machine) are counted too: an upper bound. PostgreSQL: ``xact_commit`` of the bench's
+  database only, which counts every transaction (each autocommit read too), and no
+  statements (unless pg_stat_statements is loaded); only with ``--settle``, because
+  PostgreSQL reports its counts up to 10 s late (each run then waits about 11 s before
+  and after). None on SQLite;
+* ``API CPU ms``, ``DB CPU ms``: CPU milliseconds per operation of the exosuit-api
+  processes and of the local database server's processes (every client's work on
+  that server: an upper bound);
+* ``floor ms``: ``writes`` × the commit floor's median latency with as many
+  connections; ``floor ops/s``: the operations per second the commit floor alone
+  allows: sequentially 1000 / ``floor ms``, N-way the floor's commits per second with
+  N connections / ``writes`` (group commit included);
+* ``gap x``: how many times slower than that floor: sequentially the operation's
+  median latency / ``floor ms``, N-way ``floor ops/s`` / measured ops/s. It divides by
+  the least number of durable commits the operation needs (``writes``), not by the
+  commits it makes, so that extra commits show in the gap too (compare ``commits``
+  with ``writes``). The floor is measured on the same database in the same run, so the
+  gap is comparable across machines and loads far better than ops/s; it still moves
+  with the load (write the load average beside it).
 
 The client speaks HTTP/1.1 over raw keep-alive sockets (a request is one
 ``sendall``; a response is parsed by Content-Length), so that on a 2-core machine
@@ -278,7 +323,12 @@ def _client(name, client_id, address, rp_uuids, warmup, duration, ready, go, res
         while time.perf_counter() < end:
             scenario.op(conn)
         ready.put(client_id)
+        idle = time.perf_counter()
         go.wait()
+        if time.perf_counter() - idle > 2:
+            # The server may have closed the idle keep-alive connection meanwhile (the
+            # parent let PostgreSQL's counters settle): start on a new one.
+            conn.close()
         cpu0 = os.times()
         requests0 = conn.requests
         latencies = []

@@ -225,13 +225,14 @@ def count_costs(
 ) -> dict[str, dict]:
     """What one operation of each scenario in ``names`` sends to the database at
     ``db_url``, counted in-process (the application exosuit-api serves, called
-    directly, one client, after ``warmup`` unmeasured operations): per operation,
-    ``requests``, ``writes`` (requests other than GET), ``statements`` (every SQL statement but BEGIN/COMMIT/ROLLBACK, the
-    cache's counter reads included), ``commits`` and ``rollbacks`` of write
-    transactions, ``transactions`` (write transactions begun) and ``round_trips`` to
-    the server, counted on the wire by bench/costs.py's RoundTripProxy (None on
-    SQLite: no server). The database must be seeded as ``seed`` does, with
-    ``rp_uuids`` its deployables' providers (or empty: seeded here)."""
+    directly, one client, after ``warmup`` unmeasured operations). Per operation:
+    ``requests``; ``writes`` (requests other than GET); ``statements`` (every SQL
+    statement but BEGIN/COMMIT/ROLLBACK, the cache's counter reads included);
+    ``commits`` and ``rollbacks`` of write transactions; ``transactions`` (write
+    transactions begun); ``round_trips`` to the server, counted on the wire by
+    bench/costs.py's RoundTripProxy (None on SQLite: no server). The database must
+    be seeded as ``seed`` does, ``rp_uuids`` its deployables' providers (or empty:
+    seeded here)."""
     import sqlalchemy as sa
 
     from bench.costs import RoundTripProxy, StatementCounter, per_op
