@@ -27,7 +27,8 @@ Two tools for the benchmarks (bench/api.py, bench/bootstorm.py):
       every client of every database counted (other work on the machine included).
     * PostgreSQL: ``pg_stat_database`` of the database ``url`` names:
       ``xact_commit`` (every transaction committed, read-only ones and autocommit
-      SELECTs included, not only the durable writes), ``xact_rollback`` and rows
+      SELECTs included, not only the durable writes, and one for each new
+      connection: its backend's start-up transaction), ``xact_rollback`` and rows
       inserted/updated/deleted. Limited to that database, so other databases' clients
       are not counted. Statements only where ``pg_stat_statements`` is loaded (its
       calls in that database); otherwise None: not counted server-side. Backends
@@ -310,17 +311,19 @@ class ServerCounters:
             out.setdefault(key, None)
         return out
 
-    def settle(self, idle_since: float | None = None) -> dict[str, int] | None:
+    def settle(
+        self, idle_since: float | None = None, delay: float = PG_IDLE_REPORT
+    ) -> dict[str, int] | None:
         """A snapshot that counts everything done before ``idle_since`` (a
         ``time.monotonic()`` value; default now), the database's clients idle since.
         PostgreSQL 15 backends report their counts lazily: at most once a second while
-        busy, and ``PG_IDLE_REPORT`` seconds after they go idle; so this waits until
-        then, and until two readings half a second apart agree. Elsewhere: a snapshot
-        now."""
+        busy, ``PG_IDLE_REPORT`` seconds after they go idle, or as they disconnect); so
+        this waits ``delay`` seconds from then, and until two readings half a second
+        apart agree. Elsewhere: a snapshot now."""
         if self.backend != "postgresql":
             return self.snapshot()
         start = time.monotonic() if idle_since is None else idle_since
-        time.sleep(max(0.0, start + PG_IDLE_REPORT - time.monotonic()))
+        time.sleep(max(0.0, start + delay - time.monotonic()))
         last = self._raw()
         while True:
             time.sleep(0.5)
