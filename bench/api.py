@@ -42,15 +42,22 @@ What it does, in order:
    the costs per operation (below); optionally writes all of it as JSON;
 8. stops the server and drops the database, whatever happened.
 
+``--target cyborg`` runs the same client, scenarios, floor and counters against
+OpenStack Cyborg 17 instead (bench/cyborg.py: cyborg-api under gunicorn with the same
+workers and threads, cyborg-conductor, on a fresh MariaDB database and the local
+RabbitMQ, the bench's host seeded into Cyborg's tables); the API CPU is then
+cyborg-api's and cyborg-conductor's, and there is no in-process count.
+
 Costs per operation (issue 25), the second table:
 
-* ``writes``: requests that change something (not GET): each must answer after its
-  change is durable, so each needs one durable commit at least;
+* ``writes``: requests that change something (not GET) per operation, as the client
+  sent them: each must answer after its change is durable, so each needs one durable
+  commit at least;
 * ``commits``, ``stmts``, ``trips``: durable (write) commits, SQL statements (BEGIN,
   COMMIT and ROLLBACK aside) and round trips to the database server per operation,
   counted in-process (step 5; round trips on the wire by a counting proxy, so what
   the driver adds is in: psycopg2 sends BEGIN as a round trip of its own, PyMySQL
-  none; "-" on SQLite, which has no server). Machine-independent;
+  none; "-" on SQLite, which has no server, and for Cyborg). Machine-independent;
 * ``srv stmts``, ``srv commits``: what the database server counted over the HTTP run,
   per operation. MariaDB: ``Questions`` and ``Com_commit`` of ``SHOW GLOBAL STATUS``,
   the whole server's, so other clients of the same server (other work on the
@@ -130,6 +137,11 @@ class BenchError(Exception):
     pass
 
 
+# Headers every request carries (``--target cyborg``: the identity keystonemiddleware
+# would set), encoded; the client processes are forked and inherit them.
+_EXTRA_HEADERS = b""
+
+
 # --- the client ---------------------------------------------------------------------------
 
 
@@ -142,6 +154,7 @@ class Connection:
         self.sock: socket.socket | None = None
         self.buffer = bytearray()
         self.requests = 0
+        self.writes = 0  # requests other than GET
 
     def _connect(self) -> socket.socket:
         sock = socket.create_connection(self.address, timeout=60)
@@ -156,7 +169,12 @@ class Connection:
             self.sock = None
 
     def request(self, method: str, path: str, body=None) -> tuple[int, bytes]:
-        head = b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (method.encode(), path.encode(), self.host)
+        head = b"%s %s HTTP/1.1\r\nHost: %s\r\n%s" % (
+            method.encode(),
+            path.encode(),
+            self.host,
+            _EXTRA_HEADERS,
+        )
         data = b""
         if body is not None:
             data = json.dumps(body, separators=(",", ":")).encode()
@@ -164,6 +182,7 @@ class Connection:
         sock = self.sock or self._connect()
         sock.sendall(head + b"\r\n" + data)
         self.requests += 1
+        self.writes += method != "GET"
         return self._response()
 
     def _recv(self) -> None:
@@ -330,7 +349,7 @@ def _client(name, client_id, address, rp_uuids, warmup, duration, ready, go, res
             # parent let PostgreSQL's counters settle): start on a new one.
             conn.close()
         cpu0 = os.times()
-        requests0 = conn.requests
+        requests0, writes0 = conn.requests, conn.writes
         latencies = []
         start = time.perf_counter()
         end = start + duration
@@ -347,6 +366,7 @@ def _client(name, client_id, address, rp_uuids, warmup, duration, ready, go, res
                 "client": client_id,
                 "latencies": latencies,
                 "requests": conn.requests - requests0,
+                "writes": conn.writes - writes0,
                 "elapsed": now - start,
                 "cpu": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
             }
@@ -386,8 +406,11 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _api_cpu(master: int) -> dict[int, tuple[float, float]]:
-    return {pid: _process_cpu(pid) for pid in [master, *_children(master)]}
+def _api_cpu(masters) -> dict[int, tuple[float, float]]:
+    """(user, system) CPU seconds of each of the API's processes: ``masters`` and
+    their children."""
+    pids = [p for master in masters for p in (master, *_children(master))]
+    return {pid: _process_cpu(pid) for pid in pids}
 
 
 # Galera: the three nodes of a cluster on this machine (and any other mariadbd here).
@@ -398,12 +421,12 @@ _DB_PROCESSES = {
 }
 
 
-def _db_server_cpu(backend: str) -> float:
-    """CPU seconds of the local database server's processes (read from /proc)."""
+def _db_server_cpu(backend: str) -> dict[int, float]:
+    """CPU seconds of each of the local database server's processes (from /proc)."""
     names = _DB_PROCESSES.get(backend)
     if not names:
-        return 0.0
-    total = 0.0
+        return {}
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -413,8 +436,15 @@ def _db_server_cpu(backend: str) -> float:
                     continue
         except OSError:
             continue
-        total += sum(_process_cpu(int(entry)))
-    return total
+        found[int(entry)] = sum(_process_cpu(int(entry)))
+    return found
+
+
+def _cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds spent between two readings by the processes alive at the second (a
+    process started meanwhile: all of its CPU). The CPU of a process that ended
+    meanwhile (a PostgreSQL backend of another client) is lost, never subtracted."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
 def _machine_busy() -> float:
@@ -435,9 +465,7 @@ def _percentile(values: list[float], fraction: float) -> float:
     return values[index]
 
 
-def run_scenario(
-    name: str, clients: int, args, address, rp_uuids, api_pid: int, counters=None
-) -> dict:
+def run_scenario(name: str, clients: int, args, address, rp_uuids, api_pids, counters=None) -> dict:
     """One scenario with ``clients`` clients; ``counters`` (bench/costs.py's
     ServerCounters, or None) are read when the clients start and when they are done
     (``args.settle``: once PostgreSQL has reported its idle backends' counts)."""
@@ -458,11 +486,11 @@ def run_scenario(
             ready.get(timeout=args.warmup + 120)
         server0 = _server_counters(counters, args)
         db0 = _db_server_cpu(args.db)
-        api0, machine0, wall0 = _api_cpu(api_pid), _machine_busy(), time.perf_counter()
+        api0, machine0, wall0 = _api_cpu(api_pids), _machine_busy(), time.perf_counter()
         go.set()
         reports = [results.get(timeout=args.duration + 300) for _ in procs]
         wall = time.perf_counter() - wall0
-        api1, machine1 = _api_cpu(api_pid), _machine_busy()
+        api1, machine1 = _api_cpu(api_pids), _machine_busy()
         db1 = _db_server_cpu(args.db)
         server1 = _server_counters(counters, args)
     finally:
@@ -492,6 +520,8 @@ def run_scenario(
         "seconds": round(elapsed, 3),
         "ops_per_s": round(ops / elapsed, 1),
         "requests_per_s": round(sum(r["requests"] for r in reports) / elapsed, 1),
+        # Requests that change something (not GET) per operation, as the client sent them.
+        "writes_per_op": round(sum(r["writes"] for r in reports) / ops, 2) if ops else None,
         "p50_ms": round(_percentile(latencies, 0.50) * 1000, 2),
         "p95_ms": round(_percentile(latencies, 0.95) * 1000, 2),
         "mean_ms": round(statistics.fmean(latencies) * 1000, 2) if latencies else None,
@@ -501,10 +531,10 @@ def run_scenario(
         # CPU milliseconds of the API processes per operation: stable under outside load.
         "api_cpu_ms_per_op": round(api_cpu * 1000 / ops, 2) if ops else None,
         "api_cpu_system_share": round(api_sys / api_cpu, 2) if api_cpu else None,
-        "db_server_cpu": round((db1 - db0) / wall, 2),
+        "db_server_cpu": round(_cpu_spent(db0, db1) / wall, 2),
         # CPU milliseconds of the local database server per operation (any client's
         # work on that server while the scenario ran: an upper bound).
-        "db_cpu_ms_per_op": round((db1 - db0) * 1000 / ops, 2) if ops else None,
+        "db_cpu_ms_per_op": round(_cpu_spent(db0, db1) * 1000 / ops, 2) if ops else None,
         "machine_cpu": round((machine1 - machine0) / wall, 2),
         # What the database server counted per operation (bench/costs.py), or None.
         "server_per_op": server,
@@ -527,8 +557,9 @@ def add_costs(result: dict, counted: dict | None, floors: dict[int, dict]) -> No
     floor = floors.get(result["clients"])
     costs: dict = {
         key: None if counted is None else counted.get(key)
-        for key in ("writes", "statements", "commits", "rollbacks", "round_trips")
+        for key in ("statements", "commits", "rollbacks", "round_trips")
     }
+    costs["writes"] = result["writes_per_op"]
     costs["api_cpu_ms"] = result["api_cpu_ms_per_op"]
     costs["db_cpu_ms"] = result["db_cpu_ms_per_op"]
     server = result.get("server_per_op") or {}
@@ -900,6 +931,14 @@ def parse_args(argv=None):
         "framework alone).",
     )
     parser.add_argument(
+        "--target",
+        choices=("exosuit", "cyborg"),
+        default="exosuit",
+        help="The API measured: exosuit-api (default) or Cyborg 17 from .venv-cyborg "
+        "(bench/cyborg.py: cyborg-api under gunicorn and cyborg-conductor, on MariaDB and "
+        "the local RabbitMQ; no in-process count pass).",
+    )
+    parser.add_argument(
         "--floor-commits",
         type=int,
         default=300,
@@ -932,6 +971,8 @@ def parse_args(argv=None):
         "(e.g. '{bin}/gunicorn -k sync -w 8 -b 127.0.0.1:{port} exosuit.wsgi:application').",
     )
     args = parser.parse_args(argv)
+    if args.target == "cyborg" and args.db != "mariadb":
+        parser.error("--target cyborg runs on --db mariadb only")
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
     args.scenarios = [s for s in args.scenarios.split(",") if s]
     unknown = set(args.scenarios) - set(SCENARIOS)
@@ -940,13 +981,93 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    load_before = os.getloadavg()
+def measure(args, db_url: str, address, rp_uuids: list[str], api_pids, count: bool = True):
+    """The commit floor, the in-process count pass (``count``) and every scenario at
+    every concurrency against the API at ``address`` (its processes: ``api_pids`` and
+    their children); returns (results, floors, counted, the server counters' scope)."""
+    floors: dict[int, dict] = {}
+    if args.floor_commits > 0:
+        for clients in args.concurrency:
+            floors[clients] = commit_floor(
+                db_url, n=max(args.floor_commits, clients), concurrency=clients
+            )
+        print(f"  commit floor: {format_floors(floors)}", file=sys.stderr, flush=True)
+    counted: dict[str, dict] = {}
+    if count and args.count_ops > 0:
+        from bench.api_inprocess import count_costs
+
+        counted = count_costs(db_url, args.scenarios, ops=args.count_ops, rp_uuids=rp_uuids)
+    counters = ServerCounters(db_url) if args.db != "sqlite" else None
+    scope = "no server: nothing counted server-side"
+    results: list[dict] = []
+    try:
+        for name in args.scenarios:
+            for clients in args.concurrency:
+                result = run_scenario(name, clients, args, address, rp_uuids, api_pids, counters)
+                add_costs(result, counted.get(name), floors)
+                results.append(result)
+                print(
+                    f"  {SCENARIOS[name]} x{clients}: {result['ops_per_s']} ops/s, "
+                    f"p50 {result['p50_ms']} ms",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finally:
+        if counters is not None:
+            scope = counters.scope
+            counters.close()
+    check_clean(address)
+    return results, floors, counted, scope
+
+
+def _run_cyborg(args, load_before):
+    """``--target cyborg``: bench/cyborg.py's Cyborg 17, measured as Exosuit is."""
+    from bench.cyborg import cyborg_target
+
+    global _EXTRA_HEADERS
+    workdir = tempfile.mkdtemp(prefix="exosuit-bench-cyborg-")
+    threads = args.threads or _default_threads()
+    workers = args.workers or os.cpu_count() or 1
+    try:
+        with cyborg_target(
+            workdir,
+            ADMIN_URLS["mariadb"],
+            workers=workers,
+            threads=threads,
+            hostname=HOSTNAME,
+            deployables=DEPLOYABLES,
+            handles=HANDLES,
+            profile=ARQ_PROFILE,
+            free_port=_free_port,
+        ) as target:
+            _EXTRA_HEADERS = b"".join(
+                b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in target.headers.items()
+            )
+            print(
+                f"Cyborg 17 (cyborg-api under gunicorn, cyborg-conductor) on mariadb: "
+                f"{workers} worker(s), {threads} thread(s) each; {args.duration:g} s per "
+                f"run; load average {load_before[0]:.2f} at start",
+                file=sys.stderr,
+                flush=True,
+            )
+            api_pids = (target.api.pid, target.conductor.pid)
+            measured = measure(args, target.url, target.address, target.rp_uuids, api_pids, False)
+            if args.keep_log:
+                for service in ("api", "conductor"):
+                    shutil.copy(
+                        os.path.join(workdir, f"cyborg-{service}.log"),
+                        f"{args.keep_log}.{service}",
+                    )
+    except RuntimeError as error:  # Cyborg missing, or it did not start
+        raise BenchError(f"Cyborg: {error}") from error
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return (*measured, workers, threads, None)
+
+
+def _run_exosuit(args, load_before):
     workdir = tempfile.mkdtemp(prefix="exosuit-bench-api-")
     database = server = None
-    results: list[dict] = []
-    server_scope = "no server: nothing counted server-side"
     try:
         database = BenchDatabase(args.db, workdir, args.mysql_driver)
         port = _free_port()
@@ -973,40 +1094,7 @@ def main(argv=None) -> int:
             file=sys.stderr,
             flush=True,
         )
-        floors: dict[int, dict] = {}
-        if args.floor_commits > 0:
-            for clients in args.concurrency:
-                floors[clients] = commit_floor(
-                    database.url, n=max(args.floor_commits, clients), concurrency=clients
-                )
-            print(f"  commit floor: {format_floors(floors)}", file=sys.stderr, flush=True)
-        counted: dict[str, dict] = {}
-        if args.count_ops > 0:
-            from bench.api_inprocess import count_costs
-
-            counted = count_costs(
-                database.url, args.scenarios, ops=args.count_ops, rp_uuids=rp_uuids
-            )
-        counters = ServerCounters(database.url) if args.db != "sqlite" else None
-        try:
-            for name in args.scenarios:
-                for clients in args.concurrency:
-                    result = run_scenario(
-                        name, clients, args, address, rp_uuids, server.proc.pid, counters
-                    )
-                    add_costs(result, counted.get(name), floors)
-                    results.append(result)
-                    print(
-                        f"  {SCENARIOS[name]} x{clients}: {result['ops_per_s']} ops/s, "
-                        f"p50 {result['p50_ms']} ms",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-        finally:
-            if counters is not None:
-                server_scope = counters.scope
-                counters.close()
-        check_clean(address)
+        measured = measure(args, database.url, address, rp_uuids, (server.proc.pid,))
         # What the runs left in the database (audit records, Nova's notification jobs,
         # which no conductor runs here): rows and bytes added since the schema was made.
         grown = database_growth(empty, database_size(database.url), 1)
@@ -1019,25 +1107,36 @@ def main(argv=None) -> int:
         if database is not None:
             database.drop()
         shutil.rmtree(workdir, ignore_errors=True)
+    return (*measured, workers, threads, left)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    load_before = os.getloadavg()
+    run = _run_cyborg if args.target == "cyborg" else _run_exosuit
+    results, floors, counted, server_scope, workers, threads, left = run(args, load_before)
+    name = "Cyborg 17" if args.target == "cyborg" else "Exosuit"
     load_after = os.getloadavg()
     print(
-        f"\nExosuit API benchmark: {args.db}, {workers} API worker(s) x "
+        f"\n{name} API benchmark: {args.db}, {workers} API worker(s) x "
         f"{threads} thread(s), {args.duration:g} s per run, "
         f"{os.cpu_count()} CPUs, load average {load_before[0]:.2f} before / "
         f"{load_after[0]:.2f} after"
     )
     print(format_table(results))
     print(
-        "CPU columns are cores busy while the scenario ran: client processes, exosuit-api "
-        "processes, the local database server, the whole machine (the rest is other work)."
+        "CPU columns are cores busy while the scenario ran: client processes, the API's "
+        "processes (exosuit-api; Cyborg: cyborg-api and cyborg-conductor), the local "
+        "database server, the whole machine (the rest is other work)."
     )
     print(
         f"\nCosts per operation (issue 25); commit floor on this database: {format_floors(floors)}"
     )
     print(format_costs(results))
     print(
-        "writes, commits, stmts (SQL statements) and trips (round trips to the database "
-        "server) per operation: counted in-process (bench/api_inprocess.py count_costs). "
+        "writes: requests other than GET per operation. commits, stmts (SQL statements) "
+        "and trips (round trips to the database server) per operation: counted in-process "
+        "(bench/api_inprocess.py count_costs; Exosuit only). "
         f"srv: what the server counted ({server_scope}). floor ms: writes x the commit "
         "floor's p50; floor ops/s: the floor's rate; gap x: how far from it (the module's "
         "docstring)."
@@ -1053,6 +1152,7 @@ def main(argv=None) -> int:
             },
             "load_average_before": [round(x, 2) for x in load_before],
             "load_average_after": [round(x, 2) for x in load_after],
+            "target": args.target,
             "db": args.db,
             "mysql_driver": args.mysql_driver if args.db == "mariadb" else None,
             "api_workers": workers,

@@ -249,9 +249,19 @@ def test_the_api_benchmark_prints_costs_per_operation(tmp_path):
     assert costs["deployables"]["gap"] is None
     assert costs["profile"]["writes"] == 2
     assert costs["arq"]["writes"] == 3
+    assert costs["arq_nowait"]["writes"] == 3
+    assert report["counted_in_process"]["profile"]["writes"] == 2
     for name in ("profile", "arq"):
         assert costs[name]["commits"] >= costs[name]["writes"]
         assert costs[name]["statements"] >= costs[name]["commits"]
         assert costs[name]["round_trips"] is None  # SQLite: no server
         assert costs[name]["floor_ms"] > 0
         assert costs[name]["gap"] > 0
+
+
+def test_cyborg_runs_on_mariadb_only():
+    from bench.api import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--target", "cyborg", "--db", "sqlite"])
+    assert parse_args(["--target", "cyborg", "--db", "mariadb"]).target == "cyborg"
