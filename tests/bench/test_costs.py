@@ -81,58 +81,71 @@ def test_the_commit_floor_refuses_no_transactions(tmp_path):
         commit_floor(f"sqlite:///{tmp_path}/x.sqlite", n=0)
 
 
+def _pg_transactions(url: str, counters: ServerCounters) -> dict:
+    """What the counters saw of one connection's 7 commits and 2 rollbacks."""
+    before = counters.snapshot()
+    conn = _driver_connect(url)
+    cursor = conn.cursor()
+    for _ in range(7):
+        cursor.execute("SELECT 1")
+        conn.commit()
+    for _ in range(2):
+        cursor.execute("SELECT 2")
+        conn.rollback()
+    conn.close()  # the backend reports its counts as it exits
+    deadline = time.monotonic() + 60
+    while counters.delta(before, counters.snapshot())["commits"] < 8:
+        assert time.monotonic() < deadline, "pg_stat_database never counted the commits"
+        time.sleep(0.2)
+    return counters.delta(before, counters.settle(delay=0))
+
+
 def test_postgresql_counters_count_the_transactions_of_their_database_exactly(db_servers, tmp_path):
     url = _empty_database("postgresql", db_servers, tmp_path)
     with ServerCounters(url) as counters:
         assert counters.backend == "postgresql"
         assert counters.statements_counted or "not counted server-side" in counters.scope
-        before = counters.snapshot()
-        conn = _driver_connect(url)
-        cursor = conn.cursor()
-        for _ in range(7):
-            cursor.execute("SELECT 1")
-            conn.commit()
-        for _ in range(2):
-            cursor.execute("SELECT 2")
-            conn.rollback()
-        conn.close()  # the backend reports its counts as it exits
-        deadline = time.monotonic() + 60
-        while counters.delta(before, counters.snapshot())["commits"] < 8:
-            assert time.monotonic() < deadline, "pg_stat_database never counted the commits"
-            time.sleep(0.2)
-        delta = counters.delta(before, counters.settle(delay=0))
-    # The counters' own reads go to another database: only ours are counted, and the
-    # transaction a new backend commits as it starts (reading the catalogs).
-    assert delta["commits"] == 7 + 1
-    assert delta["rollbacks"] == 2
+        # The counters' own reads go to another database: only ours are counted, and
+        # the transaction a new backend commits as it starts (reading the catalogs).
+        # An autovacuum worker visiting the database meanwhile would add its own: tried
+        # again then.
+        deltas = []
+        for _ in range(3):
+            delta = _pg_transactions(url, counters)
+            deltas.append((delta["commits"], delta["rollbacks"]))
+            assert delta["commits"] >= 7 + 1 and delta["rollbacks"] >= 2, delta
+            if deltas[-1] == (7 + 1, 2):
+                break
+    assert (7 + 1, 2) in deltas, deltas
 
 
 def test_mariadb_counters_count_statements_and_commits_less_their_own_reads(db_servers, tmp_path):
     url = _empty_database("mariadb", db_servers, tmp_path)
     conn = _driver_connect(url)
     cursor = conn.cursor()
-    expected = {"statements": 7 * 2 + 2 * 2, "commits": 7, "rollbacks": 2, "selects": 9}
-    deltas = []
     with ServerCounters(url) as counters:
-        # The server's counters are global: other clients of the same server may add
-        # to them. What this test sent is counted at least, and exactly while nobody
-        # else spoke to the server (tried a few times).
-        for _ in range(20):
-            before = counters.snapshot()
-            for _ in range(7):
-                cursor.execute("SELECT 1")
-                conn.commit()
-            for _ in range(2):
-                cursor.execute("SELECT 2")
-                conn.rollback()
-            delta = counters.delta(before, counters.snapshot())
-            deltas.append({key: delta[key] for key in expected})
-            for key, value in expected.items():
-                assert delta[key] >= value, (key, delta)
-            if deltas[-1] == expected:
-                break
+        # One reading is one statement (SHOW GLOBAL STATUS), measured at start (the
+        # least of a few pairs of readings in a row) and subtracted.
+        assert counters.statements_counted
+        assert counters._own["statements"] >= 1
+        before = counters.snapshot()
+        same = {key: value + counters._own.get(key, 0) for key, value in before.items()}
+        assert set(counters.delta(before, same).values()) == {0}
+        before = counters.snapshot()
+        for _ in range(7):
+            cursor.execute("SELECT 1")
+            conn.commit()
+        for _ in range(2):
+            cursor.execute("SELECT 2")
+            conn.rollback()
+        delta = counters.delta(before, counters.snapshot())
     conn.close()
-    assert expected in deltas, deltas
+    # The server's counters are global: other clients of the same server (other tests
+    # running beside this one) may add to them, never take away.
+    expected = {"statements": 7 * 2 + 2 * 2, "commits": 7, "rollbacks": 2, "selects": 9}
+    for key, value in expected.items():
+        assert delta[key] >= value, (key, delta)
+    assert delta["begins"] >= 0  # PyMySQL sends no BEGIN; others' may be counted
 
 
 def test_sqlite_has_no_server_counters(tmp_path):
