@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/api.py --db {sqlite,postgresql,mariadb,galera} [--workers N]
         [--threads T] [--duration S] [--concurrency 1,8] [--scenarios ...] [--json PATH]
-        [--floor-commits N] [--count-ops N] [--settle]
+        [--floor-commits N] [--count-ops N] [--settle] [--target {exosuit,cyborg}]
 
 Figures and the machine they were measured on: doc/benchmarks.md.
 
