@@ -109,7 +109,7 @@ import uuid
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench._common import database_growth, database_size  # noqa: E402
+from bench._common import cpu_spent, database_growth, database_size, db_server_cpu  # noqa: E402
 from bench.costs import ServerCounters, commit_floor, per_op  # noqa: E402
 from tests.helpers.inventory import fpga, snapshot  # noqa: E402
 
@@ -414,39 +414,6 @@ def _api_cpu(masters) -> dict[int, tuple[float, float]]:
 
 
 # Galera: the three nodes of a cluster on this machine (and any other mariadbd here).
-_DB_PROCESSES = {
-    "mariadb": ("mariadbd", "mysqld"),
-    "galera": ("mariadbd", "mysqld"),
-    "postgresql": ("postgres",),
-}
-
-
-def _db_server_cpu(backend: str) -> dict[int, float]:
-    """CPU seconds of each of the local database server's processes (from /proc)."""
-    names = _DB_PROCESSES.get(backend)
-    if not names:
-        return {}
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/comm") as f:
-                if f.read().strip() not in names:
-                    continue
-        except OSError:
-            continue
-        found[int(entry)] = sum(_process_cpu(int(entry)))
-    return found
-
-
-def _cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
-    """CPU seconds spent between two readings by the processes alive at the second (a
-    process started meanwhile: all of its CPU). The CPU of a process that ended
-    meanwhile (a PostgreSQL backend of another client) is lost, never subtracted."""
-    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
-
-
 def _machine_busy() -> float:
     with open("/proc/stat") as f:
         fields = [int(v) for v in f.readline().split()[1:]]
@@ -485,13 +452,13 @@ def run_scenario(name: str, clients: int, args, address, rp_uuids, api_pids, cou
         for _ in procs:
             ready.get(timeout=args.warmup + 120)
         server0 = _server_counters(counters, args)
-        db0 = _db_server_cpu(args.db)
+        db0 = db_server_cpu(args.db)
         api0, machine0, wall0 = _api_cpu(api_pids), _machine_busy(), time.perf_counter()
         go.set()
         reports = [results.get(timeout=args.duration + 300) for _ in procs]
         wall = time.perf_counter() - wall0
         api1, machine1 = _api_cpu(api_pids), _machine_busy()
-        db1 = _db_server_cpu(args.db)
+        db1 = db_server_cpu(args.db)
         server1 = _server_counters(counters, args)
     finally:
         for proc in procs:
@@ -531,10 +498,10 @@ def run_scenario(name: str, clients: int, args, address, rp_uuids, api_pids, cou
         # CPU milliseconds of the API processes per operation: stable under outside load.
         "api_cpu_ms_per_op": round(api_cpu * 1000 / ops, 2) if ops else None,
         "api_cpu_system_share": round(api_sys / api_cpu, 2) if api_cpu else None,
-        "db_server_cpu": round(_cpu_spent(db0, db1) / wall, 2),
+        "db_server_cpu": round(cpu_spent(db0, db1) / wall, 2),
         # CPU milliseconds of the local database server per operation (any client's
         # work on that server while the scenario ran: an upper bound).
-        "db_cpu_ms_per_op": round(_cpu_spent(db0, db1) * 1000 / ops, 2) if ops else None,
+        "db_cpu_ms_per_op": round(cpu_spent(db0, db1) * 1000 / ops, 2) if ops else None,
         "machine_cpu": round((machine1 - machine0) / wall, 2),
         # What the database server counted per operation (bench/costs.py), or None.
         "server_per_op": server,
