@@ -48,9 +48,11 @@ reader cannot follow.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import threading
+from collections.abc import Callable
 from typing import Any, Final, Literal
 
 import sqlalchemy as sa
@@ -64,6 +66,7 @@ __all__ = [
     "SLOTS",
     "Counter",
     "CounterReader",
+    "SharedRead",
     "count",
     "forget",
     "mark",
@@ -161,6 +164,34 @@ class CounterReader:
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+
+class SharedRead:
+    """``read()`` (a counter's version) shared by the threads that ask at once: a caller
+    gets the value of a read that started after it asked, its own or one another caller
+    started meanwhile; so, as with a read of its own, no change committed before it
+    asked is missing from the value it gets. One read runs at a time: those who asked
+    while it ran wait for it to end, and the first of them reads again, for them all.
+    A read that fails is nobody's answer (each caller then tries its own)."""
+
+    def __init__(self, read: Callable[[], int]) -> None:
+        self._read = read
+        self._lock = threading.Lock()
+        self._tickets = itertools.count()  # next() is atomic: no lock needed to ask
+        self._last: tuple[int, int] | None = None  # (the read's ticket, its value)
+        self.reads = 0  # reads made (for tests)
+
+    def __call__(self) -> int:
+        asked = next(self._tickets)
+        with self._lock:
+            last = self._last
+            if last is not None and last[0] > asked:  # it started after we asked
+                return last[1]
+            started = next(self._tickets)
+            self.reads += 1
+            value = self._read()
+            self._last = (started, value)
+            return value
 
 
 def version_query(counter: str) -> sa.ScalarSelect[Any]:
