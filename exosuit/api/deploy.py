@@ -120,7 +120,7 @@ class Application:
         # The list's version as the cache compares it: one read for the threads that
         # ask at once (exosuit/db/changes.py).
         self.deployables_version = changes.SharedRead(
-            lambda: db.read(changes.version, changes.DEPLOYABLES)
+            changes.HeldReader(db, changes.DEPLOYABLES)
         )
         self.router = router.Router()
         # This process's request latency histogram (LatencyMiddleware fills it).
