@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from wsgiref.types import WSGIApplication
 
-from exosuit.api.asgi_bridge import WsgiOverAsgi, WsgiOverRsgi
+from exosuit.api.asgi_bridge import WsgiOverAsgi
 from exosuit.api.deploy import loadapp
 from exosuit.conf import ApiSettings, make_conf
 
@@ -35,16 +35,3 @@ def _asgi(app: WSGIApplication) -> WsgiOverAsgi:
 
 
 asgi_application = _asgi(application)
-
-
-def _rsgi(app: WSGIApplication) -> WsgiOverRsgi:
-    api = ApiSettings.from_conf(app.application.conf)  # type: ignore[attr-defined]
-    return WsgiOverRsgi(
-        app,
-        threads=api.threads,
-        body_timeout=api.body_timeout,
-        max_body=max(api.max_body_size, api.max_agent_body_size),
-    )
-
-
-rsgi_application = _rsgi(application)

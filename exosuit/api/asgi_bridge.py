@@ -18,13 +18,12 @@ import io
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any
 from wsgiref.types import WSGIApplication
 
 from exosuit.api import wsgi
 
-__all__ = ["WsgiOverAsgi", "WsgiOverRsgi"]
+__all__ = ["WsgiOverAsgi"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -32,6 +31,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 _DONE = object()  # what next() gives at the end of a response body
+_Started = tuple[str, list[tuple[str, str]]]  # a response's status and headers
 
 
 class WsgiOverAsgi:
@@ -53,18 +53,24 @@ class WsgiOverAsgi:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.body_timeout
-        read = await self._body(scope, receive, deadline)
+        if _bodiless(scope):
+            read: tuple[bytes, bool] | None = (b"", True)
+        else:
+            read = await self._body(scope, receive, deadline)
         if read is None:
             await _refuse(send, 408, _timeout_message(self.body_timeout))
             return
         body, whole = read
         environ = _environ(scope, body, whole=whole)
         if not whole:  # the rest streams (an image upload)
-            streamed = _Streamed(
-                body, partial(_asgi_chunk, receive), loop, deadline, self.body_timeout, self.max_body
-            )
+            streamed = _Streamed(body, receive, loop, deadline, self.body_timeout, self.max_body)
             environ["wsgi.input"] = io.BufferedReader(streamed)
-        started, chunks = await loop.run_in_executor(self.pool, _start, self.app, environ)
+        # NOTE: not run_in_executor: its asyncio future chained to the pool's costs more
+        # than the one callback the thread sends the loop here.
+        answered: asyncio.Future[tuple[_Started, Iterator[bytes] | list[bytes]]]
+        answered = loop.create_future()
+        self.pool.submit(self._run, environ, loop, answered)
+        started, chunks = await answered
         status, headers = started
         await send(
             {
@@ -115,50 +121,80 @@ class WsgiOverAsgi:
             more = bool(message.get("more_body", False))
         return bytes(body), not more
 
+    def _run(
+        self,
+        environ: dict[str, Any],
+        loop: asyncio.AbstractEventLoop,
+        answered: asyncio.Future[tuple[_Started, Iterator[bytes] | list[bytes]]],
+    ) -> None:
+        """``_start`` in a pool thread, its outcome handed to the loop."""
+        try:
+            outcome = self._start(environ)
+        except BaseException as error:  # noqa: BLE001 - raised in the coroutine (a 500)
+            loop.call_soon_threadsafe(_settle, answered, None, error)
+        else:
+            loop.call_soon_threadsafe(_settle, answered, outcome, None)
 
-def _start(
-    app: WSGIApplication, environ: dict[str, Any]
-) -> tuple[tuple[str, list[tuple[str, str]]], Iterator[bytes] | list[bytes]]:
-    """Call the application (in a pool thread) until it has started its response: its
-    body's chunks then, when it gave them all at once, else their iterator."""
-    started: list[tuple[str, list[tuple[str, str]]]] = []
+    def _start(self, environ: dict[str, Any]) -> tuple[_Started, Iterator[bytes] | list[bytes]]:
+        """Call the application (in a pool thread) until it has started its response: its
+        body's chunks then, when it gave them all at once, else their iterator."""
+        started: list[_Started] = []
 
-    def start_response(
-        status: str, headers: list[tuple[str, str]], exc_info: Any = None
-    ) -> Callable[[bytes], object]:
-        started[:] = [(status, headers)]
-        return lambda data: None  # the write() callable: no Exosuit code uses it
+        def start_response(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Callable[[bytes], object]:
+            started[:] = [(status, headers)]
+            return lambda data: None  # the write() callable: no Exosuit code uses it
 
-    result: Iterable[bytes] = app(environ, start_response)
-    if isinstance(result, list | tuple) and started:
-        # A body sent whole (webob's): no more hops to the pool for it.
-        whole = list(result)
-        close = getattr(result, "close", None)
-        if close is not None:
-            close()
-        return started[0], whole
-    chunks = _Chunks(result)
-    if not started:  # a streamed body starts its response with its first chunk
-        chunks.first = next(chunks.inner, b"")
-    return started[0], chunks
+        result: Iterable[bytes] = self.app(environ, start_response)
+        if isinstance(result, list | tuple) and started:
+            # A body sent whole (webob's): no more hops to the pool for it.
+            whole = list(result)
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+            return started[0], whole
+        chunks = _Chunks(result)
+        if not started:  # a streamed body starts its response with its first chunk
+            chunks.first = next(chunks.inner, b"")
+        return started[0], chunks
+
+
+def _bodiless(scope: Scope) -> bool:
+    """Whether an HTTP/1 request has no body: neither a length nor a transfer coding
+    (nothing to read: the application runs at once)."""
+    if scope.get("http_version") not in ("1.1", "1.0"):
+        return False  # HTTP/2 frames a body without either
+    return not any(
+        bytes(key).lower() in (b"content-length", b"transfer-encoding")
+        for key, _ in scope["headers"]
+    )
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 class _Streamed(io.RawIOBase):
     """A request body read by a pool thread from the event loop, as it arrives, each read
-    failing (TimeoutError: the application's 408) past the body's deadline. ``chunk``
-    gives the next piece of the body and whether more follows."""
+    failing (TimeoutError: the application's 408) past the body's deadline."""
 
     def __init__(
         self,
         first: bytes,
-        chunk: Callable[[], Awaitable[tuple[bytes, bool]]],
+        receive: Receive,
         loop: asyncio.AbstractEventLoop,
         deadline: float,
         timeout: float,
         unit: int,
     ) -> None:
         self.buffer = bytearray(first)
-        self.chunk = chunk
+        self.receive = receive
         self.loop = loop
         # Each ``unit`` bytes received earn ``timeout`` more: an image upload goes on at
         # least that fast, however large (doc/limits.md).
@@ -176,15 +212,19 @@ class _Streamed(io.RawIOBase):
             left = self.deadline - self.loop.time()
             if left <= 0:
                 raise TimeoutError("timed out")
-            future: concurrent.futures.Future[tuple[bytes, bool]] = (
-                asyncio.run_coroutine_threadsafe(_awaited(self.chunk), self.loop)
+            future: concurrent.futures.Future[Message] = asyncio.run_coroutine_threadsafe(
+                _received(self.receive), self.loop
             )
             try:
-                chunk, self.more = future.result(timeout=left)
+                message = future.result(timeout=left)
             except TimeoutError:
                 future.cancel()
                 raise
+            if message["type"] == "http.disconnect":
+                raise ConnectionResetError("the client left")
+            chunk = message.get("body", b"")
             self.buffer += chunk
+            self.more = bool(message.get("more_body", False))
             self.received += len(chunk)
             while self.received >= self.unit:
                 self.received -= self.unit
@@ -195,15 +235,8 @@ class _Streamed(io.RawIOBase):
         return size
 
 
-async def _awaited(chunk: Callable[[], Awaitable[tuple[bytes, bool]]]) -> tuple[bytes, bool]:
-    return await chunk()
-
-
-async def _asgi_chunk(receive: Receive) -> tuple[bytes, bool]:
-    message = await receive()
-    if message["type"] == "http.disconnect":
-        raise ConnectionResetError("the client left")
-    return message.get("body", b""), bool(message.get("more_body", False))
+async def _received(receive: Receive) -> Message:
+    return await receive()
 
 
 class _Chunks:
@@ -301,189 +334,8 @@ def _environ(scope: Scope, body: bytes, *, whole: bool = True) -> dict[str, Any]
         if name not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
             name = "HTTP_" + name
         environ[name] = f"{environ[name]},{text}" if name in environ else text
-    if whole:
-        _whole_chunked(environ, body)
-    return environ
-
-
-def _whole_chunked(environ: dict[str, Any], body: bytes) -> None:
-    """A chunked body read whole: its length is known now (CONTENT_LENGTH)."""
     chunked = environ.get("HTTP_TRANSFER_ENCODING", "").strip().lower() == "chunked"
-    if chunked and "CONTENT_LENGTH" not in environ:
-        environ["CONTENT_LENGTH"] = str(len(body))
+    if whole and chunked and "CONTENT_LENGTH" not in environ:
+        environ["CONTENT_LENGTH"] = str(len(body))  # read whole: its length is known now
         del environ["HTTP_TRANSFER_ENCODING"]
-
-
-class WsgiOverRsgi:
-    """The same over granian's own interface, RSGI (exosuit-api's default): the same
-    guarantees as ``WsgiOverAsgi`` (a body read by the event loop within
-    ``body_timeout``, else 408; only then a thread), with less work per request: the
-    scope's fields are read as they are, without ASGI's message dictionaries, and a
-    request without a body (a GET) reads none."""
-
-    def __init__(
-        self, app: WSGIApplication, *, threads: int, body_timeout: float, max_body: int
-    ) -> None:
-        self.app = app
-        self.body_timeout = body_timeout
-        self.max_body = max_body
-        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="exosuit-api")
-
-    async def __rsgi__(self, scope: Any, protocol: Any) -> None:
-        if scope.proto != "http":
-            return
-        environ = _rsgi_environ(scope)
-        loop = asyncio.get_running_loop()
-        if "CONTENT_LENGTH" in environ or "HTTP_TRANSFER_ENCODING" in environ:
-            deadline = loop.time() + self.body_timeout
-            read = await self._body(environ, protocol, deadline)
-            if read is None:
-                body = wsgi.error_body(
-                    408, _timeout_message(self.body_timeout), "exosuit.request.timeout"
-                )
-                protocol.response_bytes(
-                    408,
-                    [
-                        ("content-type", "application/json"),
-                        ("content-length", str(len(body))),
-                        ("connection", "close"),
-                    ],
-                    body,
-                )
-                return
-            body, rest = read
-            if rest is None:
-                environ["wsgi.input"] = io.BytesIO(body)
-                _whole_chunked(environ, body)
-            else:  # the rest streams (an image upload)
-                streamed = _Streamed(
-                    body, partial(_rsgi_chunk, rest), loop, deadline, self.body_timeout,
-                    self.max_body,
-                )
-                environ["wsgi.input"] = io.BufferedReader(streamed)
-        # NOTE: the thread sends a whole body itself (granian takes it from any thread),
-        # then wakes the loop only to end this coroutine: the answer does not wait for
-        # the loop, and no asyncio future is chained to the pool's.
-        streamed: asyncio.Future[tuple[int, list[tuple[str, str]], _Chunks] | None]
-        streamed = loop.create_future()
-        self.pool.submit(self._respond, environ, protocol, loop, streamed)
-        found = await streamed
-        if found is None:  # answered by the thread
-            return
-        code, headers, chunks = found
-        transport = protocol.response_stream(code, headers)
-        try:
-            while True:
-                chunk = await loop.run_in_executor(self.pool, next, chunks, _DONE)
-                if chunk is _DONE:
-                    break
-                if chunk:
-                    await transport.send_bytes(chunk)
-        finally:
-            await loop.run_in_executor(self.pool, chunks.close)
-
-    def _respond(
-        self,
-        environ: dict[str, Any],
-        protocol: Any,
-        loop: asyncio.AbstractEventLoop,
-        done: asyncio.Future[tuple[int, list[tuple[str, str]], _Chunks] | None],
-    ) -> None:
-        """In a pool thread: run the application and send its answer when it is whole;
-        ``done`` gets None then, else what the coroutine streams."""
-        try:
-            (status, headers), chunks = _start(self.app, environ)
-            code = int(status.split(" ", 1)[0])
-            if isinstance(chunks, list):
-                protocol.response_bytes(code, headers, b"".join(chunks))
-                loop.call_soon_threadsafe(_settle, done, None, None)
-            else:
-                loop.call_soon_threadsafe(_settle, done, (code, headers, chunks), None)
-        except BaseException as error:  # noqa: BLE001 - the coroutine raises it (a 500)
-            loop.call_soon_threadsafe(_settle, done, None, error)
-
-    async def _body(
-        self, environ: dict[str, Any], protocol: Any, deadline: float
-    ) -> tuple[bytes, Any] | None:
-        """The body and, when it is not whole, the iterator of its rest (None: it did not
-        arrive by ``deadline``); as ``WsgiOverAsgi._body`` reads it."""
-        length = environ.get("CONTENT_LENGTH")
-        loop = asyncio.get_running_loop()
-        if length is not None:
-            if not length.isdigit() or int(length) > self.max_body:
-                return b"", protocol.__aiter__()
-            try:
-                return await asyncio.wait_for(protocol(), deadline - loop.time()), None
-            except (TimeoutError, *_CLOSED):
-                return None
-        body = bytearray()
-        rest = protocol.__aiter__()
-        while len(body) <= self.max_body:
-            try:
-                chunk, more = await asyncio.wait_for(_rsgi_chunk(rest), deadline - loop.time())
-            except (TimeoutError, ConnectionResetError):
-                return None
-            body += chunk
-            if not more:
-                return bytes(body), None
-        return bytes(body), rest
-
-
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.cancelled():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
-
-
-def _closed_errors() -> tuple[type[BaseException], ...]:
-    try:
-        from granian.rsgi import ProtocolClosed, ProtocolError
-    except ImportError:  # pragma: no cover - granian is installed with exosuit
-        return ()
-    return (ProtocolClosed, ProtocolError)
-
-
-_CLOSED = _closed_errors()
-
-
-async def _rsgi_chunk(rest: Any) -> tuple[bytes, bool]:
-    """The next chunk of an RSGI body, and whether more may follow."""
-    try:
-        return bytes(await rest.__anext__()), True
-    except StopAsyncIteration:
-        return b"", False
-    except _CLOSED:
-        raise ConnectionResetError("the client left") from None
-
-
-def _rsgi_environ(scope: Any) -> dict[str, Any]:
-    """PEP 3333's environ for an RSGI HTTP scope, as ``_environ`` makes it for ASGI's."""
-    host, _, port = scope.server.rpartition(":")
-    environ: dict[str, Any] = {
-        "REQUEST_METHOD": scope.method,
-        "SCRIPT_NAME": "",
-        "PATH_INFO": scope.path,
-        "QUERY_STRING": scope.query_string,
-        "SERVER_NAME": host,
-        "SERVER_PORT": port,
-        "SERVER_PROTOCOL": f"HTTP/{scope.http_version}",
-        "wsgi.version": (1, 0),
-        "wsgi.url_scheme": scope.scheme,
-        "wsgi.input": io.BytesIO(),
-        "wsgi.errors": sys.stderr,
-        "wsgi.multithread": True,
-        "wsgi.multiprocess": True,
-        "wsgi.run_once": False,
-    }
-    client = scope.client
-    if client:
-        environ["REMOTE_ADDR"], _, environ["REMOTE_PORT"] = client.rpartition(":")
-    for key, value in scope.headers.items():
-        name = key.upper().replace("-", "_")
-        if name not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
-            name = "HTTP_" + name
-        environ[name] = f"{environ[name]},{value}" if name in environ else value
     return environ

@@ -124,13 +124,7 @@ def _run_granian(api: ApiSettings, config_files: list[str], workers: int) -> Non
     from granian.http import HTTP1Settings
 
     os.environ["EXOSUIT_CONFIG_FILE"] = os.pathsep.join(os.path.abspath(f) for f in config_files)
-    interface = {"asgi": Interfaces.ASGI, "rsgi": Interfaces.RSGI}.get(
-        api.granian_interface, Interfaces.WSGI
-    )
-    target = {Interfaces.ASGI: "asgi_application", Interfaces.RSGI: "rsgi_application"}.get(
-        interface, "application"
-    )
-    asgi = interface != Interfaces.WSGI
+    asgi = api.granian_interface == "asgi"
     Granian(
         # NOTE: the ASGI interface, not granian's WSGI one: there a request held one of
         # the worker's threads while its body trickled in (issue 24). Through the bridge
@@ -138,10 +132,10 @@ def _run_granian(api: ApiSettings, config_files: list[str], workers: int) -> Non
         # of [api] threads runs the application (exosuit/api/asgi_bridge.py).
         # [api] granian_interface = wsgi keeps granian's WSGI interface (behind a proxy
         # that buffers requests).
-        f"exosuit.wsgi:{target}",
+        "exosuit.wsgi:asgi_application" if asgi else "exosuit.wsgi:application",
         address=api.host_ip,
         port=api.port,
-        interface=interface,
+        interface=Interfaces.ASGI if asgi else Interfaces.WSGI,
         workers=workers,
         # Under ASGI, [api] threads are the bridge's (granian allows itself one there).
         blocking_threads=1 if asgi else api.threads,

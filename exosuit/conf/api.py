@@ -217,11 +217,6 @@ OPTIONS: list[cfg.Opt] = [
         default="asgi",
         choices=[
             (
-                "rsgi",
-                "granian's own interface (RSGI), the bridge reading each request's body "
-                "on the event loop as under asgi: a slow client holds no thread.",
-            ),
-            (
                 "asgi",
                 "Each request's body is read by granian's event loop before a thread runs "
                 "the application (exosuit/api/asgi_bridge.py): a slow client holds no "
