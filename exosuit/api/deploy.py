@@ -119,9 +119,7 @@ class Application:
         self.responses = ResponseCache()
         # The list's version as the cache compares it: one read for the threads that
         # ask at once (exosuit/db/changes.py).
-        self.deployables_version = changes.SharedRead(
-            changes.HeldReader(db, changes.DEPLOYABLES)
-        )
+        self.deployables_version = changes.SharedRead(changes.HeldReader(db, changes.DEPLOYABLES))
         self.router = router.Router()
         # This process's request latency histogram (LatencyMiddleware fills it).
         self.latency = RequestLatency()
