@@ -243,6 +243,12 @@ _Q_PROFILE = sa.select(dp.c.id, dp.c.name, dp.c.profile_json).where(
 )
 _Q_INSERT = sa.insert(arq)
 _Q_GET = _prebuilt(_SELECT.where(arq.c.uuid == sa.bindparam("p_uuid")))
+# An instance's ARQs, as list_arqs orders them without a page (paginate: newest first).
+_Q_OF_INSTANCE = _prebuilt(
+    _SELECT.where(arq.c.instance_uuid == sa.bindparam("p_instance")).order_by(
+        arq.c.created_at.desc(), arq.c.id.desc()
+    )
+)
 _Q_INSTANCE_STATES = _prebuilt(
     sa.select(arq.c.uuid, arq.c.state).where(arq.c.instance_uuid == sa.bindparam("p_instance"))
 )
@@ -642,6 +648,16 @@ def list_arqs(
     """The ARQs ``scope`` sees, filtered. With ``require_resolved`` and an
     ``instance``, raises ARQUnresolved while any ARQ of the instance is unresolved
     (Nova's ``bind_state=resolved``)."""
+    if instance is not None and (states, hostname, device_profile_name, page) == (None,) * 4:
+        # Nova's poll (``?instance=``, with or without ``bind_state=resolved``): one
+        # prebuilt statement, whose rows also say whether all are resolved.
+        rows = [
+            _to_dict(r) for r in _execute(conn, _Q_OF_INSTANCE, scope, {"p_instance": instance})
+        ]
+        pending = [r["uuid"] for r in rows if r["state"] not in RESOLVED]
+        if require_resolved and pending:
+            raise exceptions.ARQUnresolved(instance=instance, uuids=", ".join(pending))
+        return rows
     if require_resolved and instance is not None:
         pending = [u for u, s in instance_states(conn, instance, scope) if s not in RESOLVED]
         if pending:

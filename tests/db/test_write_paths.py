@@ -54,13 +54,15 @@ def test_profile_delete_refuses_a_used_or_missing_profile(database):
     with pytest.raises(exceptions.DeviceProfileNotFound):
         database.write(profiles.delete_by_uuid, profile["uuid"])
     audit = database.read(
-        lambda conn: conn.execute(
-            sa.select(models.audit_events.c.action).where(
-                models.audit_events.c.object_uuid == profile["uuid"]
+        lambda conn: (
+            conn.execute(
+                sa.select(models.audit_events.c.action).where(
+                    models.audit_events.c.object_uuid == profile["uuid"]
+                )
             )
+            .scalars()
+            .all()
         )
-        .scalars()
-        .all()
     )
     assert sorted(audit) == ["create", "delete"]
 
@@ -106,9 +108,7 @@ def test_bind_of_one_arq_starts_and_ends_in_one_compare_and_set(database, rp_uui
     assert result.arq["state"] == "Bound" and _held(database) == 1
 
 
-def test_device_changed_after_the_handle_was_taken_fails_the_bind(
-    database, rp_uuid, monkeypatch
-):
+def test_device_changed_after_the_handle_was_taken_fails_the_bind(database, rp_uuid, monkeypatch):
     """The device disabled between the take and the end (what a concurrent operator's
     change, committed before the take's lock was granted, looks like to the bind): the
     end's look again refuses, the bind fails saying why and releases its handle."""
