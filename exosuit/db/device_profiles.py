@@ -94,12 +94,14 @@ def create(
         for field, value in (("name", name), ("uuid", uuid)):
             if conn.execute(_Q_ID_BY[field], {"p_value": value}).first():
                 raise exceptions.DeviceProfileExists(field=field, value=value)
+    new_uuid = uuid or str(uuidlib.uuid4())
+    created_at = models.utcnow()
     values = {
-        "uuid": uuid or str(uuidlib.uuid4()),
+        "uuid": new_uuid,
         "name": name,
         "description": description,
         "profile_json": json.dumps({"groups": groups}),
-        "created_at": models.utcnow(),
+        "created_at": created_at,
     }
     try:
         # No savepoint: nothing follows a failed insert but the transaction's rollback.
@@ -110,16 +112,14 @@ def create(
         raise exceptions.DeviceProfileExists(field="name", value=name) from None
     primary_key = result.inserted_primary_key
     assert primary_key is not None
-    audit.record(
-        conn, "create", "device_profile", values["uuid"], None, {"name": name, "groups": groups}
-    )
+    audit.record(conn, "create", "device_profile", new_uuid, None, {"name": name, "groups": groups})
     return {
         "id": int(primary_key[0]),
-        "uuid": values["uuid"],
+        "uuid": new_uuid,
         "name": name,
         "description": description,
         "groups": groups,
-        "created_at": values["created_at"],
+        "created_at": created_at,
         "updated_at": None,
     }
 
