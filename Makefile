@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 SOURCES := exosuit tests bench
 # command:package pairs the tests need (installed by `make test` when missing).
 SYSTEM_PACKAGES := chromium:chromium zsh:zsh tmux:tmux podman:podman mariadbd:mariadb-server wsrep_sst_rsync:mariadb-server rsync:rsync prometheus:prometheus
+# What mysqlclient (the C MariaDB driver, the `mysqlclient` extra) builds against.
+BUILD_PACKAGES := mariadb_config:libmariadb-dev pkg-config:pkg-config
 
 .PHONY: run test test-quick check lint bench fuzz system-packages venvs clean protos screenshots
 
@@ -19,8 +21,13 @@ $(VENV)/.run-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[client]'
 	touch $@
 
+# mysqlclient is tried too: MariaDB's recommended driver (mysql+mysqldb://, doc/benchmarks.md),
+# tested by tests/db/test_mysqlclient.py; without libmariadb-dev those tests skip.
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
+	@EXOSUIT_SYSTEM_PACKAGES="$(BUILD_PACKAGES)" sh .ci/system-packages
+	$(BIN)/pip install --quiet -e '.[mysqlclient]' \
+		|| echo "mysqlclient not built (it needs libmariadb-dev and pkg-config): its tests skip"
 	touch $@ $(VENV)/.run-installed
 
 # The port is checked first (with the system's Python): when it is taken, `make run` says

@@ -243,6 +243,12 @@ _Q_PROFILE = sa.select(dp.c.id, dp.c.name, dp.c.profile_json).where(
 )
 _Q_INSERT = sa.insert(arq)
 _Q_GET = _prebuilt(_SELECT.where(arq.c.uuid == sa.bindparam("p_uuid")))
+# An instance's ARQs, as list_arqs orders them without a page (paginate: newest first).
+_Q_OF_INSTANCE = _prebuilt(
+    _SELECT.where(arq.c.instance_uuid == sa.bindparam("p_instance")).order_by(
+        arq.c.created_at.desc(), arq.c.id.desc()
+    )
+)
 _Q_INSTANCE_STATES = _prebuilt(
     sa.select(arq.c.uuid, arq.c.state).where(arq.c.instance_uuid == sa.bindparam("p_instance"))
 )
@@ -453,21 +459,81 @@ _Q_START_BIND_WITH_PROJECT = _Q_START_BIND.values(project_id=sa.bindparam("p_pro
 _Q_END_BIND = sa.update(arq).where(
     arq.c.uuid == sa.bindparam("p_uuid"), arq.c.state == BIND_STARTED
 )
-_Q_BOUND = _Q_END_BIND.values(
-    state=BOUND,
-    attach_handle_id=sa.bindparam("p_handle_id"),
-    deployable_id=sa.bindparam("p_deployable_id"),
-    updated_at=_NOW,
+# How a bind ends (_ENDS, keyed by the state after, the origin and whether checked): Bound;
+# BindStarted holding its handle while its host works for it (until the host's report);
+# BindFailed with the reason. Each is one compare-and-set from where the ARQ stands:
+# STARTED, from BindStarted (a claim's ARQ; a bind of several ARQs, which all start first);
+# or SOURCE, straight from Initial or Unbound, setting what _Q_START_BIND sets too (a bind of
+# one ARQ, whose row ``bind`` locked: a BindStarted between two statements of its
+# transaction would be seen by no other); SOURCE_WITH_PROJECT sets project_id as well.
+# ``checked``: the look again at the device, once the handle is taken, is in the WHERE
+# (_STILL_BINDABLE); a miss is looked at again to say why (_complete_bind).
+STARTED, SOURCE, SOURCE_WITH_PROJECT = "started", "source", "source+project"
+_END_FROM = {
+    STARTED: _Q_END_BIND,
+    SOURCE: sa.update(arq).where(
+        arq.c.uuid == sa.bindparam("p_uuid"), sa.or_(*(arq.c.state == s for s in BIND_SOURCES))
+    ),
+}
+_END_VALUES: dict[str, dict[str, Any]] = {
+    BOUND: {
+        "state": BOUND,
+        "attach_handle_id": sa.bindparam("p_handle_id"),
+        "deployable_id": sa.bindparam("p_deployable_id"),
+    },
+    BIND_STARTED: {  # waiting for its host, holding the handle
+        "attach_handle_id": sa.bindparam("p_handle_id"),
+        "deployable_id": sa.bindparam("p_deployable_id"),
+    },
+    BIND_FAILED: {"state": BIND_FAILED, "reason": sa.bindparam("p_reason")},
+}
+# What _find_deployable checks with _Q_DEPLOYABLE_CHECKS, as a condition: the deployable
+# named is on the host named, its device present, enabled, ready, held back by no health
+# check and programmed by no program.
+_STILL_BINDABLE = sa.exists(
+    sa.select(dep.c.id)
+    .select_from(dep.join(dev, dep.c.device_id == dev.c.id))
+    .where(
+        dep.c.rp_uuid == sa.bindparam("p_rp_uuid"),
+        dev.c.hostname == sa.bindparam("p_hostname"),
+        dev.c.presence == "present",
+        dev.c.status == "enabled",
+        dev.c.activation == "ready",
+        dev.c.health_held.is_(None),
+        ~sa.exists(
+            sa.select(_program_dep.c.id).where(
+                _program_dep.c.device_id == dev.c.id, _program_dep.c.program_uuid.is_not(None)
+            )
+        ),
+    )
 )
-_Q_BIND_FAILED = _Q_END_BIND.values(
-    state=BIND_FAILED, reason=sa.bindparam("p_reason"), updated_at=_NOW
-)
-# Host-side work: the ARQ holds its handle while BindStarted, until the host's report.
-_Q_WAIT_FOR_HOST = _Q_END_BIND.values(
-    attach_handle_id=sa.bindparam("p_handle_id"),
-    deployable_id=sa.bindparam("p_deployable_id"),
-    updated_at=_NOW,
-)
+
+
+def _end(state: str, origin: str, checked: bool) -> sa.Update:
+    values = {**_END_VALUES[state], "updated_at": _NOW}
+    if origin != STARTED:  # what _Q_START_BIND(_WITH_PROJECT) sets, too
+        values.update(
+            state=state,
+            hostname=sa.bindparam("p_hostname"),
+            device_rp_uuid=sa.bindparam("p_rp_uuid"),
+            instance_uuid=sa.bindparam("p_instance"),
+        )
+        if state != BIND_FAILED:
+            values["reason"] = None
+        if origin == SOURCE_WITH_PROJECT:
+            values["project_id"] = sa.bindparam("p_project_id")
+    stmt = _END_FROM[SOURCE if origin != STARTED else STARTED]
+    if checked:
+        stmt = stmt.where(_STILL_BINDABLE)
+    return stmt.values(**values)
+
+
+_ENDS = {
+    (state, origin, checked): _end(state, origin, checked)
+    for state in _END_VALUES
+    for origin in (STARTED, SOURCE, SOURCE_WITH_PROJECT)
+    for checked in (False, True)
+}
 _Q_HOST_DONE = _Q_END_BIND.values(state=BOUND, updated_at=_NOW)
 # A claim's ARQ has no instance (NULL): compared as NULL = NULL.
 _Q_HOST_FAILED = _Q_END_BIND.where(
@@ -582,6 +648,16 @@ def list_arqs(
     """The ARQs ``scope`` sees, filtered. With ``require_resolved`` and an
     ``instance``, raises ARQUnresolved while any ARQ of the instance is unresolved
     (Nova's ``bind_state=resolved``)."""
+    if instance is not None and (states, hostname, device_profile_name, page) == (None,) * 4:
+        # Nova's poll (``?instance=``, with or without ``bind_state=resolved``): one
+        # prebuilt statement, whose rows also say whether all are resolved.
+        rows = [
+            _to_dict(r) for r in _execute(conn, _Q_OF_INSTANCE, scope, {"p_instance": instance})
+        ]
+        pending = [r["uuid"] for r in rows if r["state"] not in RESOLVED]
+        if require_resolved and pending:
+            raise exceptions.ARQUnresolved(instance=instance, uuids=", ".join(pending))
+        return rows
     if require_resolved and instance is not None:
         pending = [u for u, s in instance_states(conn, instance, scope) if s not in RESOLVED]
         if pending:
@@ -906,6 +982,38 @@ def bind(
             others = conn.execute(_Q_OTHERS_BOUND, params).first()
         if others is not None:
             raise exceptions.InstanceAlreadyBound(instance=instance)
+    across = _constraints(groups)
+    # A bind of one ARQ starts and ends in one compare-and-set (_ENDS), unless its
+    # profile's constraints across groups need it BindStarted first (_Q_SIBLINGS).
+    origin = SOURCE if one and len(pending) == 1 and not across else STARTED
+    if origin == STARTED:
+        _start_binds(conn, pending)
+    for binding in pending:
+        row = rows[binding.uuid]
+        group = groups.get((row.device_profile_id, row.device_profile_group_id), ProfileGroup())
+        need = (programs or {}).get(binding.uuid)
+        state, error = _complete_bind(
+            conn,
+            binding,
+            skip_locked,
+            group,
+            need,
+            row.project_id,
+            constraints=across.get(row.device_profile_id),
+            origin=SOURCE_WITH_PROJECT
+            if origin == SOURCE and binding.project_id is not None
+            else origin,
+        )
+        results[binding.uuid] = BindResult(arq={"uuid": binding.uuid, "state": state}, error=error)
+        _record_bind(conn, binding, row.state, state, error)
+    _queue_notifications(conn, pending, results, bind_timeout)
+    return [results[uuid] for uuid in uuids]
+
+
+def _start_binds(conn: Connection, pending: list[Binding]) -> None:
+    """Every ARQ of the bind to BindStarted (each a compare-and-set), or none: raises
+    AcceleratorRequestNotFound or ARQBadState for one that moved (none can: ``bind``
+    locked them)."""
     now = models.utcnow()
     for binding in pending:
         params = {
@@ -927,24 +1035,6 @@ def bind(
             raise exceptions.ARQBadState(
                 uuid=binding.uuid, state=state, expected=" or ".join(BIND_SOURCES)
             )
-    across = _constraints(groups)
-    for binding in pending:
-        row = rows[binding.uuid]
-        group = groups.get((row.device_profile_id, row.device_profile_group_id), ProfileGroup())
-        need = (programs or {}).get(binding.uuid)
-        state, error = _complete_bind(
-            conn,
-            binding,
-            skip_locked,
-            group,
-            need,
-            row.project_id,
-            constraints=across.get(row.device_profile_id),
-        )
-        results[binding.uuid] = BindResult(arq={"uuid": binding.uuid, "state": state}, error=error)
-        _record_bind(conn, binding, row.state, state, error)
-    _queue_notifications(conn, pending, results, bind_timeout)
-    return [results[uuid] for uuid in uuids]
 
 
 def _record_bind(
@@ -1077,19 +1167,20 @@ def _wait_or_bind(
     group: ProfileGroup,
     need: ProgramNeed | None,
     project_id: str | None,
-) -> tuple[sa.Update | None, str | None]:
-    """How the bind ends now that it holds a handle: Bound, waiting for its host (a
-    program queued), or the reason it fails."""
+) -> tuple[str | None, str | None]:
+    """How the bind ends now that it holds a handle: Bound, BindStarted waiting for its
+    host (a program queued), or None and the reason it fails. Writes nothing unless
+    ``need`` or the device's ``partition_on_demand`` (``_complete_bind`` counts on it)."""
     if need is None:
         if deployable.partition_on_demand and _is_slice(conn, handle_id):
             # The slice is made for this bind: the host's agent makes it (its desired
             # state's ``slices``) and reports the bind done (doc/devices.md, Partitions).
             bump(conn, [deployable.hostname])
-            return _Q_WAIT_FOR_HOST, None
-        return (_Q_WAIT_FOR_HOST if _needs_host_work(group, deployable) else _Q_BOUND), None
+            return BIND_STARTED, None
+        return (BIND_STARTED if _needs_host_work(group, deployable) else BOUND), None
     loaded = deployable.bitstream_id
     if loaded is not None and loaded in (need.bitstream_id, need.image and need.image.uuid):
-        return _Q_BOUND, None
+        return BOUND, None
     if need.image is None:
         return None, need.error or "no image to load"
     error = programs_db.queue_for_arq(
@@ -1100,7 +1191,7 @@ def _wait_or_bind(
         project_id=binding.project_id or project_id,
         own_handle=handle_id,
     )
-    return (None, error) if error is not None else (_Q_WAIT_FOR_HOST, None)
+    return (None, error) if error is not None else (BIND_STARTED, None)
 
 
 def _complete_bind(
@@ -1112,11 +1203,13 @@ def _complete_bind(
     project_id: str | None = None,
     named: tuple[int, str] | None = None,
     constraints: candidates.Constraints | None = None,
+    origin: str = STARTED,
 ) -> tuple[str, str | None]:
     """Take a handle (``named``: that one, its id and uuid) and end the bind (its ARQ
-    BindStarted and locked): the ARQ's state now (Bound, BindStarted while its host
-    works, or BindFailed) and why it failed. ``constraints``: those of its profile
-    across its groups, checked against the devices its siblings hold."""
+    locked, and BindStarted unless ``origin`` says it starts in the same compare-and-set:
+    _ENDS): the ARQ's state now (Bound, BindStarted while its host works, or BindFailed)
+    and why it failed. ``constraints``: those of its profile across its groups, checked
+    against the devices its siblings hold (which needs the ARQ BindStarted already)."""
     found, error = _find_deployable(conn, binding, _Q_DEPLOYABLE_OFFER)
     deployable = found[0] if found else None
     if found:
@@ -1124,12 +1217,17 @@ def _complete_bind(
     if deployable is not None and error is None and constraints is not None:
         error = _apart(conn, binding.uuid, deployable, constraints) if constraints.across else None
     handle_id = None
+    checked = False
     if deployable is not None and error is None:
         handle_id = _take_handle(conn, deployable.id, skip_locked, named and named[0])
         if handle_id is None and named is not None:
             error = f"attach handle {named[1]} is held (or gone from its host)"
         elif handle_id is None:
             error = f"no free attach handle on deployable {deployable.name}"
+        elif need is None and not deployable.partition_on_demand:
+            # Nothing is written before the end (_wait_or_bind): the look again below
+            # is the end's own WHERE, a statement that starts after the handle is ours.
+            checked = True
         else:
             # Look again now that the handle is ours: an agent report that marked the
             # device lost meanwhile has committed (it locks the handles before it
@@ -1138,30 +1236,37 @@ def _complete_bind(
             if error is not None:
                 _release_handle(conn, handle_id)
                 handle_id = None
-    stmt = None
+    state = None
     if error is None:
         # _find_deployable returned a deployable and a handle was taken, or else a reason.
         assert deployable is not None and handle_id is not None
-        stmt, error = _wait_or_bind(conn, binding, deployable, handle_id, group, need, project_id)
-        if stmt is None:
+        state, error = _wait_or_bind(conn, binding, deployable, handle_id, group, need, project_id)
+        if state is None:
             _release_handle(conn, handle_id)
-    now = models.utcnow()
-    if stmt is not None:
+    params: dict[str, Any] = {
+        "p_uuid": binding.uuid,
+        "p_hostname": binding.hostname,
+        "p_rp_uuid": binding.device_rp_uuid,
+        "p_instance": binding.instance_uuid,
+        "p_now": models.utcnow(),
+    }
+    if origin == SOURCE_WITH_PROJECT:
+        params["p_project_id"] = binding.project_id
+    if state is not None:
         assert deployable is not None
-        won = conn.execute(
-            stmt,
-            {
-                "p_uuid": binding.uuid,
-                "p_handle_id": handle_id,
-                "p_deployable_id": deployable.id,
-                "p_now": now,
-            },
-        ).rowcount
-        state = BOUND if stmt is _Q_BOUND else BIND_STARTED
-        return _state_after(conn, binding.uuid, won, state), None
-    won = conn.execute(
-        _Q_BIND_FAILED, {"p_uuid": binding.uuid, "p_reason": error, "p_now": now}
-    ).rowcount
+        params.update(p_handle_id=handle_id, p_deployable_id=deployable.id)
+        won = conn.execute(_ENDS[(state, origin, checked)], params).rowcount
+        if won == 0 and checked:
+            # The look again failed (or the ARQ moved, which its lock rules out): why.
+            _, error = _find_deployable(conn, binding, _Q_DEPLOYABLE_CHECKS)
+            if error is None:
+                won = conn.execute(_ENDS[(state, origin, False)], params).rowcount
+            else:
+                _release_handle(conn, handle_id)
+        if error is None:
+            return _state_after(conn, binding.uuid, won, state), None
+    params["p_reason"] = error
+    won = conn.execute(_ENDS[(BIND_FAILED, origin, False)], params).rowcount
     return _state_after(conn, binding.uuid, won, BIND_FAILED), error
 
 

@@ -41,6 +41,16 @@ _Q_INSERT = sa.insert(t)
 _Q_DELETE = sa.delete(t).where(t.c.id.in_(_IDS))
 _Q_ROWS_BY_UUID = sa.select(t.c.id, t.c.name, t.c.uuid).where(t.c.uuid == sa.bindparam("p_value"))
 _arq = models.accelerator_requests
+# A profile no ARQ uses, deleted in one statement (RETURNING: what _delete's audit
+# record names). An ARQ created meanwhile holds the profile's row (its foreign key).
+_Q_DELETE_UNUSED_BY_UUID = (
+    sa.delete(t)
+    .where(
+        t.c.uuid == sa.bindparam("p_value"),
+        ~sa.exists().where(_arq.c.device_profile_id == t.c.id),
+    )
+    .returning(t.c.id, t.c.name, t.c.uuid)
+)
 _Q_IN_USE = (
     sa.select(_arq.c.device_profile_id, sa.func.count())
     .where(_arq.c.device_profile_id.in_(_IDS))
@@ -74,26 +84,44 @@ def create(
     description: str | None = None,
     uuid: str | None = None,
 ) -> DeviceProfileRow:
-    """Insert a profile; DeviceProfileExists if the name or uuid is taken."""
-    for field, value in (("name", name), ("uuid", uuid)):
-        if value is not None and conn.execute(_Q_ID_BY[field], {"p_value": value}).first():
-            raise exceptions.DeviceProfileExists(field=field, value=value)
+    """Insert a profile; DeviceProfileExists if the name or uuid is taken.
+
+    Two statements (the insert, its audit record): the unique indexes on name and uuid
+    say whether either is taken, and the new row is answered as written, not read back
+    (its timestamp has microseconds on every database: ``models.Timestamp``). A uuid the
+    caller chose is looked up first, so that the error names the field that clashed."""
+    if uuid is not None:
+        for field, value in (("name", name), ("uuid", uuid)):
+            if conn.execute(_Q_ID_BY[field], {"p_value": value}).first():
+                raise exceptions.DeviceProfileExists(field=field, value=value)
     new_uuid = uuid or str(uuidlib.uuid4())
+    created_at = models.utcnow()
     values = {
         "uuid": new_uuid,
         "name": name,
         "description": description,
         "profile_json": json.dumps({"groups": groups}),
-        "created_at": models.utcnow(),
+        "created_at": created_at,
     }
     try:
         # No savepoint: nothing follows a failed insert but the transaction's rollback.
-        conn.execute(_Q_INSERT, values)
+        result = conn.execute(_Q_INSERT, values)
     except sa.exc.IntegrityError:
-        # A concurrent create took the name between our check and the insert.
+        # The name is taken (a new uuid4 is not), or was taken by a concurrent create
+        # between the look-up above and the insert.
         raise exceptions.DeviceProfileExists(field="name", value=name) from None
+    primary_key = result.inserted_primary_key
+    assert primary_key is not None
     audit.record(conn, "create", "device_profile", new_uuid, None, {"name": name, "groups": groups})
-    return get(conn, new_uuid)
+    return {
+        "id": int(primary_key[0]),
+        "uuid": new_uuid,
+        "name": name,
+        "description": description,
+        "groups": groups,
+        "created_at": created_at,
+        "updated_at": None,
+    }
 
 
 def get(conn: Connection, ident: str, *, by_name: bool = False) -> DeviceProfileRow:
@@ -121,16 +149,34 @@ def _delete(conn: Connection, rows: Sequence[sa.Row[*tuple[Any, ...]]]) -> None:
         profile_id, count = in_use[0]
         raise exceptions.DeviceProfileInUse(name=names[profile_id], count=count)
     conn.execute(_Q_DELETE, {"p_ids": ids})
+    _record_deletes(conn, rows)
+
+
+def _record_deletes(conn: Connection, rows: Sequence[sa.Row[*tuple[Any, ...]]]) -> None:
     audit.record_many(
         conn, "delete", "device_profile", [audit.Change(r.uuid, {"name": r.name}) for r in rows]
     )
 
 
 def delete_by_uuid(conn: Connection, uuid: str) -> None:
-    rows = conn.execute(_Q_ROWS_BY_UUID, {"p_value": uuid}).all()
-    if not rows:
-        raise exceptions.DeviceProfileNotFound(ident=uuid)
-    _delete(conn, rows)
+    """Delete the profile; DeviceProfileNotFound, DeviceProfileInUse (ARQs use it).
+
+    Where the database returns what it deleted (PostgreSQL, SQLite, MariaDB 10.5+), one
+    statement deletes the profile unless an ARQ uses it, and only a miss reads why."""
+    if not conn.dialect.delete_returning:  # MySQL: read, check, delete
+        rows = conn.execute(_Q_ROWS_BY_UUID, {"p_value": uuid}).all()
+        if not rows:
+            raise exceptions.DeviceProfileNotFound(ident=uuid)
+        _delete(conn, rows)
+        return
+    deleted = conn.execute(_Q_DELETE_UNUSED_BY_UUID, {"p_value": uuid}).all()
+    if not deleted:
+        rows = conn.execute(_Q_ROWS_BY_UUID, {"p_value": uuid}).all()
+        if not rows:
+            raise exceptions.DeviceProfileNotFound(ident=uuid)
+        _delete(conn, rows)  # used (DeviceProfileInUse), or its last ARQ went meanwhile
+        return
+    _record_deletes(conn, deleted)
 
 
 def delete_by_names(conn: Connection, names: list[str]) -> None:
