@@ -50,6 +50,9 @@ MAX_BATCH = 32
 # How often a write taken into a batch looks whether its leader is gone (it never should
 # be: a leader answers every write it took, however it ends).
 _POLL = 1.0
+# How often a queued write looks for a free slot when nothing woke it (a slot freed by
+# someone other than a leader: a test holding one).
+_LOOK = 0.05
 
 
 class Slots(Protocol):
@@ -104,6 +107,12 @@ class GroupCommit:
         self.transactions = 0
         self.writes = 0
 
+    @property
+    def queued(self) -> int:
+        """Writes waiting for a leader to take them."""
+        with self._lock:
+            return len(self._queue)
+
     def run(
         self,
         key: str,
@@ -137,7 +146,8 @@ class GroupCommit:
                     if prepare is not None:
                         prepare()
                     return self.db.write(apply)
-            timeout = _POLL if write.taken else max(0.0, deadline - time.monotonic())
+            # Woken by the leader that frees a slot; looked again now and then anyway.
+            timeout = _POLL if write.taken else min(_LOOK, max(0.0, deadline - time.monotonic()))
             write.wake.wait(timeout)
         if write.error is not None:
             raise write.error
