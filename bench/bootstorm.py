@@ -572,9 +572,11 @@ def _phases(args, shape, snapshots, results, held, current, db_url, url, server)
     meter = CpuMeter(server.pid, args.db)
     empty = database_size(db_url)
     print("storm …", file=sys.stderr)
+    transactions = _Transactions(db_url)
     meter.start()
     storm = asyncio.run(_storm(url, snapshots, args.concurrency, args.jitter, held))
     results["storm_cost"] = meter.stop(len(snapshots))
+    results["storm_server_transactions_per_host"] = transactions.per(len(snapshots))
     results["storm_all_visible_s"] = round(storm["all_acknowledged_s"], 1)
     results["storm_requests"] = storm["requests"]
     results["storm_429"] = storm["429"]
@@ -619,11 +621,13 @@ def _phases(args, shape, snapshots, results, held, current, db_url, url, server)
     changed_hosts = snapshots[: args.changed_hosts]
     if changed_hosts:
         print(f"changed reports ({len(changed_hosts)} hosts) …", file=sys.stderr)
-        meter.start()
         changed_reports = _changed(changed_hosts)
+        transactions = _Transactions(db_url)
+        meter.start()
         changed = asyncio.run(_storm(url, changed_reports, args.concurrency, 0.0, held))
         current.update({n: (b, h, u) for n, b, h, u in changed_reports})
         results["changed_cost"] = meter.stop(len(changed_hosts))
+        results["changed_server_transactions_per_report"] = transactions.per(len(changed_hosts))
         results["changed_per_s"] = round(len(changed_hosts) / changed["all_acknowledged_s"])
         results["changed_429"] = changed["429"]
         results["changed_errors"] = changed["errors"]
@@ -646,11 +650,13 @@ def _power_cut_phase(args, shape, results, held, current, db_url, url, server) -
     cut_at = _rewind_reports(db_url, args.power_cut_minutes)
     meter = CpuMeter(server.pid, args.db)
     print(f"power cut ({len(reports)} hosts restart) …", file=sys.stderr)
+    transactions = _Transactions(db_url)
     meter.start()
     cut = asyncio.run(
         _storm(url, reports, args.concurrency, args.power_cut_jitter, held, holds=True)
     )
     out: dict = {"power_cut_cost": meter.stop(len(reports))}
+    out["power_cut_server_transactions_per_report"] = transactions.per(len(reports))
     out["power_cut_jitter_s"] = args.power_cut_jitter
     out["power_cut_all_acknowledged_s"] = round(cut["all_acknowledged_s"], 1)
     out["power_cut_requests"] = cut["requests"]
@@ -732,6 +738,42 @@ def _changed(snapshots) -> list[tuple[str, bytes, str, dict]]:
         )
         out.append((name, dumps(snapshot), snapshot["hash"], usage))
     return out
+
+
+def _server_transactions(db_url: str) -> int | None:
+    """Transactions the PostgreSQL server committed in the benchmark's database so far
+    (``pg_stat_database.xact_commit``: every client's, the API's autocommit reads
+    included; the statistics are flushed by each backend within a second of its
+    transaction, so read after a pause); None on other databases."""
+    import sqlalchemy as sa
+
+    if not db_url.startswith("postgresql"):
+        return None
+    time.sleep(1.5)
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            return int(
+                conn.exec_driver_sql(
+                    "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+                ).scalar()
+            )
+    finally:
+        engine.dispose()
+
+
+class _Transactions:
+    """The server's committed transactions per accepted report over a phase."""
+
+    def __init__(self, db_url: str) -> None:
+        self.db_url = db_url
+        self.before = _server_transactions(db_url)
+
+    def per(self, count: int) -> float | None:
+        after = _server_transactions(self.db_url)
+        if self.before is None or after is None or not count:
+            return None
+        return round((after - self.before) / count, 2)
 
 
 def _power_cut_reports(current: dict[str, tuple[bytes, str, dict]]) -> tuple[list, dict]:
