@@ -219,15 +219,24 @@ class GroupCommit:
         def apply(conn: Connection) -> list[tuple[Any, BaseException | None]]:
             outcomes: list[tuple[Any, BaseException | None]] = []
             for write in ready:
+                savepoint = conn.begin_nested()
                 try:
-                    with conn.begin_nested():
-                        outcomes.append((write.context.run(write.apply, conn), None))
+                    result = write.context.run(write.apply, conn)
                 except exc.DBAPIError as error:
+                    # A deadlock or a lost connection is the transaction's, not the
+                    # write's: MariaDB (Galera too) has rolled the whole transaction
+                    # back, savepoint included. Run the batch again (Database.write),
+                    # or fail it all; never roll back to a savepoint that is gone.
                     if _whole_batch(error):
-                        raise  # run the batch again (Database.write), or fail it all
+                        raise
+                    savepoint.rollback()
                     outcomes.append((None, error))
                 except Exception as error:  # noqa: BLE001 - that request's answer
+                    savepoint.rollback()
                     outcomes.append((None, error))
+                else:
+                    savepoint.commit()
+                    outcomes.append((result, None))
             return outcomes
 
         try:

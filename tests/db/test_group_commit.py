@@ -259,3 +259,37 @@ def test_through_the_api_a_refused_snapshot_fails_alone(database):
     assert statuses == {"gc-api-0": 200, "gc-api-1": 400, "gc-api-2": 200}
     assert (group.transactions, group.writes) == (1, 2)
     assert _host_names(database) == {"gc-api-0", "gc-api-2"}
+
+
+class _Deadlock(Exception):
+    """A DB-API error as MariaDB raises a deadlock (1213)."""
+
+    def __init__(self) -> None:
+        super().__init__(1213, "Deadlock found when trying to get lock; try restarting transaction")
+
+
+def test_a_deadlock_in_one_write_runs_the_whole_batch_again(database):
+    # As MariaDB (and Galera) do on a deadlock: the whole transaction rolled back, its
+    # savepoints with it; the batch must run again, not roll back to a savepoint gone.
+    group = GroupCommit(database, _admission())
+    batch = _Batch(group)
+    attempts = []
+
+    def deadlocked_once(conn):
+        attempts.append(1)
+        result = _apply("gc-2", snapshot("gc-2", [fpga("0000:02:00.0")]))(conn)
+        if len(attempts) == 1:
+            conn.exec_driver_sql("ROLLBACK")
+            raise sa.exc.OperationalError("INSERT …", {}, _Deadlock())
+        return result
+
+    batch.add("gc-1", _apply("gc-1", snapshot("gc-1", [fpga("0000:01:00.0")])))
+    batch.add("gc-2", deadlocked_once)
+    batch.add("gc-3", _apply("gc-3", snapshot("gc-3", [fpga("0000:03:00.0")])))
+    outcomes = batch.release()
+    assert {h: kind for h, (kind, _) in outcomes.items()} == dict.fromkeys(
+        ("gc-1", "gc-2", "gc-3"), "ok"
+    )
+    assert len(attempts) == 2
+    assert (group.transactions, group.writes) == (1, 3)
+    assert all(_devices(database, h) == 1 for h in ("gc-1", "gc-2", "gc-3"))
