@@ -913,6 +913,8 @@ def _statements(db_url: str, shape: dict[str, int], hosts: int = 20) -> dict:
     (the application ``exosuit-api`` serves, called directly, on the same database):
     ``hosts`` new hosts, their changed snapshots, then hash-only reports without and
     with usage."""
+    import datetime
+
     import sqlalchemy as sa
     import webob
 
@@ -989,6 +991,20 @@ def _statements(db_url: str, shape: dict[str, int], hosts: int = 20) -> dict:
             ]
             figures[kind] = measure(bodies, holds)
         figures["unchanged_without_header"] = measure(bodies, None)
+        # The power cut's reports, each host's first after the cut (its report time
+        # long past) to a process that has not seen it (the cache cold).
+        current = {n: (b, changed_hashes[n], u) for n, b, _, u in _changed(sample)}
+        reports, _ = _power_cut_reports(current)
+        for kind, parity in (("power_cut_unchanged", 0), ("power_cut_changed", 1)):
+            with database.engine.begin() as conn:
+                conn.execute(
+                    sa.text("UPDATE hosts SET last_report_at = :old"),
+                    {"old": datetime.datetime(2000, 1, 1)},
+                )
+            chosen = [(n, b) for i, (n, b, _, _) in enumerate(reports) if i % 2 == parity]
+            for name, _ in chosen:
+                app.application.host_reports.forget(name)
+            figures[kind] = measure(chosen, holds)
     finally:
         for engine in engines:
             sa.event.remove(engine, "before_cursor_execute", _statement)
