@@ -34,6 +34,17 @@ client per accepted report, with the load average before and at its end; the SQL
 statements and commits per report of each kind are counted in-process (the same
 application called directly on the same database).
 
+After the storm the database is ANALYZEd (as autovacuum would be; ``--no-analyze``).
+
+Power cut (after the other phases; ``--power-cut-minutes 0`` leaves it out):
+exosuit-api restarts on the same database (its caches cold), every host's last report
+moves ``--power-cut-minutes`` back, and every host's agent reports as a restarted
+exosuit-agent with its cache does, within ``--power-cut-jitter``: half the hash only
+(their report time then written), a quarter a device unhealthy, a quarter a device
+missing (``_power_cut_reports``). Measures the time until all are acknowledged, the
+statuses (5xx, 429), the CPU and server transactions per report, then reads every host
+and device back through the API (``power_cut_visible``).
+
 3. agent: a real `exosuit-agent run` process (simulated and pci drivers, 8 simulated
    devices), installed as on a host (`--agent-bin host`, the default: its own
    virtualenv holding the package and its runtime dependencies only, made with `pip
