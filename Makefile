@@ -30,13 +30,15 @@ run:
 	@$(MAKE) --no-print-directory $(VENV)/.run-installed
 	$(BIN)/exosuit serve $(ARGS)
 
-# The whole suite, as CI runs it: the static checks, then every test on TEST_WORKERS
-# pytest-xdist workers (a module's tests on one worker: tests/conftest.py), with the
-# coverage floor, then the 25 slowest tests. PYTEST_ARGS narrows a run (make test
-# PYTEST_ARGS="-k arqs -x"), in one process: the floor is the whole suite's, so a
-# narrowed run measures no coverage.
+# The whole suite, as CI runs it: the static checks, side by side with installing what is
+# missing of the Debian packages and the OpenStack services' virtualenvs (three jobs at
+# once), then every test on TEST_WORKERS pytest-xdist workers (a module's tests on one
+# worker: tests/conftest.py), with the coverage floor, then the 25 slowest tests.
+# PYTEST_ARGS narrows a run (make test PYTEST_ARGS="-k arqs -x"), in one process: the
+# floor is the whole suite's, so a narrowed run measures no coverage.
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(max(2, 2 * len(os.sched_getaffinity(0))))')
-test: check system-packages venvs
+test:
+	@$(MAKE) --no-print-directory -j3 check system-packages venvs
 	$(BIN)/pytest $(if $(PYTEST_ARGS),,-n $(TEST_WORKERS) --dist loadgroup --cov --cov-report=term --durations=25) $(PYTEST_ARGS)
 
 # The fast inner loop: the static checks and the tests that start no process.

@@ -543,13 +543,14 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def db_server_cpu(backend: str) -> float:
-    """CPU seconds of the local database server's processes (any client's work: an upper
-    bound of the benchmark's share); 0 for SQLite (its work is the API's)."""
+def db_server_cpu(backend: str) -> dict[int, float]:
+    """CPU seconds of each of the local database server's processes (any client's work:
+    an upper bound of the benchmark's share); empty for SQLite (its work is the API's).
+    Compare two readings with ``cpu_spent``."""
     names = _DB_PROCESSES.get(backend)
     if not names:
-        return 0.0
-    total = 0.0
+        return {}
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -559,8 +560,16 @@ def db_server_cpu(backend: str) -> float:
                     continue
         except OSError:
             continue
-        total += process_cpu(int(entry))
-    return total
+        found[int(entry)] = process_cpu(int(entry))
+    return found
+
+
+def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds spent between two readings (pid: CPU) by the processes alive at the
+    second (a process started meanwhile: all of its CPU). The CPU of a process that ended
+    meanwhile (a PostgreSQL backend of another client) is lost, never subtracted: the
+    figure is never negative."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
 def machine_busy() -> float:
@@ -592,8 +601,8 @@ class CpuMeter:
     def stop(self, count: int) -> dict:
         wall = time.monotonic() - self.wall0
         api1 = self._api()
-        api = sum(cpu - self.api0.get(pid, 0.0) for pid, cpu in api1.items())
-        db = db_server_cpu(self.backend) - self.db0
+        api = cpu_spent(self.api0, api1)
+        db = cpu_spent(self.db0, db_server_cpu(self.backend))
         client = time.process_time() - self.client0
         machine = machine_busy() - self.machine0
         per = (lambda cpu: round(cpu * 1000 / count, 3)) if count else (lambda cpu: None)

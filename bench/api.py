@@ -1,7 +1,8 @@
-"""Benchmark exosuit-api: real gunicorn workers, a real database, a lean keep-alive client.
+"""Benchmark exosuit-api: real API workers, a real database, a lean keep-alive client.
 
     .venv/bin/python bench/api.py --db {sqlite,postgresql,mariadb,galera} [--workers N]
         [--threads T] [--duration S] [--concurrency 1,8] [--scenarios ...] [--json PATH]
+        [--floor-commits N] [--count-ops N] [--settle] [--target {exosuit,cyborg}]
 
 Figures and the machine they were measured on: doc/benchmarks.md.
 
@@ -10,24 +11,75 @@ What it does, in order:
 1. creates a fresh database (a SQLite file in a temporary folder, a new database
    on the local PostgreSQL / MariaDB server, or on a private 3-node Galera cluster
    that it starts: bench/galera.py) and runs ``exosuit-manage db upgrade``;
-2. starts ``exosuit-api`` (gunicorn gthread workers, noauth) on a free loopback port;
+2. starts ``exosuit-api`` (noauth) on a free loopback port;
 3. seeds one host through the agent API: 10 fake FPGAs with 16 attach handles each,
    so ``GET /v2/deployables`` returns exactly 10 deployables;
-4. runs every scenario sequentially (1 connection) and N-way concurrently (N
+4. measures the commit floor on that database (bench/costs.py ``commit_floor``: one
+   row inserted and committed, durably, through the same driver, ``--floor-commits``
+   times, on 1 connection and on as many as each concurrency below);
+5. counts what one operation of each scenario sends to the database, in-process
+   (bench/api_inprocess.py ``count_costs``: the same application called directly,
+   ``--count-ops`` operations): writes, statements, commits, round trips;
+6. runs every scenario sequentially (1 connection) and N-way concurrently (N
    connections, one client process each, closed loop), after a short warm-up:
 
    * ``deployables``: ``GET /v2/deployables``;
    * ``profile``: ``POST /v2/device_profiles`` + ``DELETE /v2/device_profiles/{uuid}``;
-   * ``arq``: ``POST /v2/accelerator_requests`` + ``PATCH`` bind +
-     ``DELETE ?instance=`` (noauth without identity headers is an admin with a
+   * ``arq``: Nova's cycle for a server with one accelerator: ``POST
+     /v2/accelerator_requests``, the ``PATCH`` bind, ``GET ?instance=`` until every ARQ
+     of the instance is resolved (Bound, BindFailed or Deleting), as nova-compute polls
+     (one GET when the bind needs no work on its host, as here), and ``DELETE
+     ?instance=``: 4 requests (noauth without identity headers is an admin with a
      service token, so binds are allowed);
+   * ``arq_nowait`` (not run by default): the same without the GET, 3 requests;
    * ``version`` (not run by default): ``GET /v2``, no database: what the server
      and the framework cost alone;
 
-5. prints ops/s, requests/s and p50/p95 latency per scenario, with the CPU used by
-   the client processes, the API processes and the whole machine (in cores), and
-   optionally writes the results as JSON;
-6. stops the server and drops the database, whatever happened.
+   and reads the database server's own counters (bench/costs.py ``ServerCounters``)
+   when the clients start and when they are done;
+7. prints ops/s, requests/s and p50/p95 latency per scenario, with the CPU used by
+   the client processes, the API processes and the whole machine (in cores); then
+   the costs per operation (below); optionally writes all of it as JSON;
+8. stops the server and drops the database, whatever happened.
+
+``--target cyborg`` runs the same client, scenarios, floor and counters against
+OpenStack Cyborg 17 instead (bench/cyborg.py: cyborg-api under gunicorn with the same
+workers and threads, cyborg-conductor, on a fresh MariaDB database and the local
+RabbitMQ, the bench's host seeded into Cyborg's tables); the API CPU is then
+cyborg-api's and cyborg-conductor's, and there is no in-process count.
+
+Costs per operation (issue 25), the second table:
+
+* ``writes``: requests that change something (not GET) per operation, as the client
+  sent them: each must answer after its change is durable, so each needs one durable
+  commit at least;
+* ``commits``, ``stmts``, ``trips``: durable (write) commits, SQL statements (BEGIN,
+  COMMIT and ROLLBACK aside) and round trips to the database server per operation,
+  counted in-process (step 5; round trips on the wire by a counting proxy, so what
+  the driver adds is in: psycopg2 sends BEGIN as a round trip of its own, PyMySQL
+  none; "-" on SQLite, which has no server, and for Cyborg). Machine-independent;
+* ``srv stmts``, ``srv commits``: what the database server counted over the HTTP run,
+  per operation. MariaDB: ``Questions`` and ``Com_commit`` of ``SHOW GLOBAL STATUS``,
+  the whole server's, so other clients of the same server (other work on the
+  machine) are counted too: an upper bound. PostgreSQL: ``xact_commit`` of the bench's
+  database only, which counts every transaction (each autocommit read too), and no
+  statements (unless pg_stat_statements is loaded); only with ``--settle``, because
+  PostgreSQL reports its counts up to 10 s late (each run then waits about 11 s before
+  and after). None on SQLite;
+* ``API CPU ms``, ``DB CPU ms``: CPU milliseconds per operation of the exosuit-api
+  processes and of the local database server's processes (every client's work on
+  that server: an upper bound);
+* ``floor ms``: ``writes`` × the commit floor's median latency with as many
+  connections; ``floor ops/s``: the operations per second the commit floor alone
+  allows: sequentially 1000 / ``floor ms``, N-way the floor's commits per second with
+  N connections / ``writes`` (group commit included);
+* ``gap x``: how many times slower than that floor: sequentially the operation's
+  median latency / ``floor ms``, N-way ``floor ops/s`` / measured ops/s. It divides by
+  the least number of durable commits the operation needs (``writes``), not by the
+  commits it makes, so that extra commits show in the gap too (compare ``commits``
+  with ``writes``). The floor is measured on the same database in the same run, so the
+  gap is comparable across machines and loads far better than ops/s; it still moves
+  with the load (write the load average beside it).
 
 The client speaks HTTP/1.1 over raw keep-alive sockets (a request is one
 ``sendall``; a response is parsed by Content-Length), so that on a 2-core machine
@@ -57,7 +109,8 @@ import uuid
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench._common import database_growth, database_size  # noqa: E402
+from bench._common import cpu_spent, database_growth, database_size, db_server_cpu  # noqa: E402
+from bench.costs import ServerCounters, commit_floor, per_op  # noqa: E402
 from tests.helpers.inventory import fpga, snapshot  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
@@ -75,12 +128,18 @@ SCENARIOS = {
     "version": "GET /v2 (no database)",
     "deployables": "GET /v2/deployables",
     "profile": "device profile POST+DELETE",
-    "arq": "ARQ create+bind+delete",
+    "arq": "ARQ create+bind+wait+delete",
+    "arq_nowait": "ARQ create+bind+delete",
 }
 
 
 class BenchError(Exception):
     pass
+
+
+# Headers every request carries (``--target cyborg``: the identity keystonemiddleware
+# would set), encoded; the client processes are forked and inherit them.
+_EXTRA_HEADERS = b""
 
 
 # --- the client ---------------------------------------------------------------------------
@@ -95,6 +154,7 @@ class Connection:
         self.sock: socket.socket | None = None
         self.buffer = bytearray()
         self.requests = 0
+        self.writes = 0  # requests other than GET
 
     def _connect(self) -> socket.socket:
         sock = socket.create_connection(self.address, timeout=60)
@@ -109,7 +169,12 @@ class Connection:
             self.sock = None
 
     def request(self, method: str, path: str, body=None) -> tuple[int, bytes]:
-        head = b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (method.encode(), path.encode(), self.host)
+        head = b"%s %s HTTP/1.1\r\nHost: %s\r\n%s" % (
+            method.encode(),
+            path.encode(),
+            self.host,
+            _EXTRA_HEADERS,
+        )
         data = b""
         if body is not None:
             data = json.dumps(body, separators=(",", ":")).encode()
@@ -117,6 +182,7 @@ class Connection:
         sock = self.sock or self._connect()
         sock.sendall(head + b"\r\n" + data)
         self.requests += 1
+        self.writes += method != "GET"
         return self._response()
 
     def _recv(self) -> None:
@@ -167,6 +233,69 @@ def _expect(status: int, body: bytes, expected: int, what: str) -> None:
 
 # --- scenarios: one operation each, returning nothing, raising BenchError ------------------
 
+# What an ARQ's state is once its bind is over, for Nova (nova-observed.md): it stops
+# polling when every ARQ of the instance is in one of these.
+RESOLVED = ("Bound", "BindFailed", "Deleting")
+# How long a cycle waits for its bind to be resolved before the run fails.
+BIND_WAIT = 30.0
+
+
+def profile_cycle(client, name: str) -> None:
+    """``POST /v2/device_profiles`` + ``DELETE /v2/device_profiles/{uuid}``; ``client``
+    is any object with ``request(method, path, body=None) -> (status, body)``."""
+    status, body = client.request(
+        "POST", "/v2/device_profiles", [{"name": name, "groups": [{"resources:FPGA": "1"}]}]
+    )
+    _expect(status, body, 201, "POST /v2/device_profiles")
+    profile_uuid = json.loads(body)["uuid"]
+    status, body = client.request("DELETE", f"/v2/device_profiles/{profile_uuid}")
+    _expect(status, body, 204, "DELETE /v2/device_profiles/{uuid}")
+
+
+def arq_cycle(client, rp_uuid: str, wait: bool = True) -> None:
+    """Nova's cycle for one server with one accelerator: ``POST
+    /v2/accelerator_requests``, one ``PATCH`` binding it to ``rp_uuid`` on the bench's
+    host, then (``wait``) ``GET /v2/accelerator_requests?instance=`` until every ARQ of
+    the instance is resolved, as nova-compute polls (the first answer already is when
+    the bind needs no work on the host), and ``DELETE ?instance=``. A bind that ends
+    other than Bound fails the run."""
+    status, body = client.request(
+        "POST", "/v2/accelerator_requests", {"device_profile_name": ARQ_PROFILE}
+    )
+    _expect(status, body, 201, "POST /v2/accelerator_requests")
+    (arq,) = json.loads(body)["arqs"]
+    instance = str(uuid.uuid4())
+    status, body = client.request(
+        "PATCH",
+        "/v2/accelerator_requests",
+        {
+            arq["uuid"]: [
+                {"op": "add", "path": "/hostname", "value": HOSTNAME},
+                {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
+                {"op": "add", "path": "/instance_uuid", "value": instance},
+            ]
+        },
+    )
+    _expect(status, body, 202, "PATCH /v2/accelerator_requests (bind)")
+    if wait:
+        deadline = time.monotonic() + BIND_WAIT
+        while True:
+            status, body = client.request("GET", f"/v2/accelerator_requests?instance={instance}")
+            _expect(status, body, 200, "GET /v2/accelerator_requests?instance=")
+            arqs = json.loads(body)["arqs"]
+            if not arqs:  # an error for Nova too
+                raise BenchError(f"GET ?instance={instance}: no ARQ")
+            states = {a["state"] for a in arqs}
+            if states <= set(RESOLVED):
+                break
+            if time.monotonic() > deadline:
+                raise BenchError(f"instance {instance}: ARQs still {sorted(states)}")
+            time.sleep(0.005)
+        if states != {"Bound"}:
+            raise BenchError(f"instance {instance}: bind ended {sorted(states)}")
+    status, body = client.request("DELETE", f"/v2/accelerator_requests?instance={instance}")
+    _expect(status, body, 204, "DELETE /v2/accelerator_requests?instance=")
+
 
 class Scenario:
     """The per-client state of a scenario (``op`` is one measured operation)."""
@@ -188,40 +317,20 @@ class Scenario:
 
     def _profile(self, conn: Connection) -> None:
         self.count += 1
-        name = f"bench-{os.getpid()}-{self.client_id}-{self.count}"
-        status, body = conn.request(
-            "POST", "/v2/device_profiles", [{"name": name, "groups": [{"resources:FPGA": "1"}]}]
-        )
-        _expect(status, body, 201, "POST /v2/device_profiles")
-        profile_uuid = json.loads(body)["uuid"]
-        status, body = conn.request("DELETE", f"/v2/device_profiles/{profile_uuid}")
-        _expect(status, body, 204, "DELETE /v2/device_profiles/{uuid}")
+        profile_cycle(conn, f"bench-{os.getpid()}-{self.client_id}-{self.count}")
 
-    def _arq(self, conn: Connection) -> None:
+    def _next_rp(self) -> str:
         # Each client walks the deployables from its own starting point, so that
         # concurrent binds spread over the devices (and share them as well).
         rp_uuid = self.rp_uuids[(self.client_id + self.count) % len(self.rp_uuids)]
         self.count += 1
-        status, body = conn.request(
-            "POST", "/v2/accelerator_requests", {"device_profile_name": ARQ_PROFILE}
-        )
-        _expect(status, body, 201, "POST /v2/accelerator_requests")
-        (arq,) = json.loads(body)["arqs"]
-        instance = str(uuid.uuid4())
-        status, body = conn.request(
-            "PATCH",
-            "/v2/accelerator_requests",
-            {
-                arq["uuid"]: [
-                    {"op": "add", "path": "/hostname", "value": HOSTNAME},
-                    {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
-                    {"op": "add", "path": "/instance_uuid", "value": instance},
-                ]
-            },
-        )
-        _expect(status, body, 202, "PATCH /v2/accelerator_requests (bind)")
-        status, body = conn.request("DELETE", f"/v2/accelerator_requests?instance={instance}")
-        _expect(status, body, 204, "DELETE /v2/accelerator_requests?instance=")
+        return rp_uuid
+
+    def _arq(self, conn: Connection) -> None:
+        arq_cycle(conn, self._next_rp())
+
+    def _arq_nowait(self, conn: Connection) -> None:
+        arq_cycle(conn, self._next_rp(), wait=False)
 
 
 def _client(name, client_id, address, rp_uuids, warmup, duration, ready, go, results) -> None:
@@ -233,9 +342,14 @@ def _client(name, client_id, address, rp_uuids, warmup, duration, ready, go, res
         while time.perf_counter() < end:
             scenario.op(conn)
         ready.put(client_id)
+        idle = time.perf_counter()
         go.wait()
+        if time.perf_counter() - idle > 2:
+            # The server may have closed the idle keep-alive connection meanwhile (the
+            # parent let PostgreSQL's counters settle): start on a new one.
+            conn.close()
         cpu0 = os.times()
-        requests0 = conn.requests
+        requests0, writes0 = conn.requests, conn.writes
         latencies = []
         start = time.perf_counter()
         end = start + duration
@@ -252,6 +366,7 @@ def _client(name, client_id, address, rp_uuids, warmup, duration, ready, go, res
                 "client": client_id,
                 "latencies": latencies,
                 "requests": conn.requests - requests0,
+                "writes": conn.writes - writes0,
                 "elapsed": now - start,
                 "cpu": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
             }
@@ -291,37 +406,14 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _api_cpu(master: int) -> dict[int, tuple[float, float]]:
-    return {pid: _process_cpu(pid) for pid in [master, *_children(master)]}
+def _api_cpu(masters) -> dict[int, tuple[float, float]]:
+    """(user, system) CPU seconds of each of the API's processes: ``masters`` and
+    their children."""
+    pids = [p for master in masters for p in (master, *_children(master))]
+    return {pid: _process_cpu(pid) for pid in pids}
 
 
 # Galera: the three nodes of a cluster on this machine (and any other mariadbd here).
-_DB_PROCESSES = {
-    "mariadb": ("mariadbd", "mysqld"),
-    "galera": ("mariadbd", "mysqld"),
-    "postgresql": ("postgres",),
-}
-
-
-def _db_server_cpu(backend: str) -> float:
-    """CPU seconds of the local database server's processes (read from /proc)."""
-    names = _DB_PROCESSES.get(backend)
-    if not names:
-        return 0.0
-    total = 0.0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/comm") as f:
-                if f.read().strip() not in names:
-                    continue
-        except OSError:
-            continue
-        total += sum(_process_cpu(int(entry)))
-    return total
-
-
 def _machine_busy() -> float:
     with open("/proc/stat") as f:
         fields = [int(v) for v in f.readline().split()[1:]]
@@ -340,7 +432,10 @@ def _percentile(values: list[float], fraction: float) -> float:
     return values[index]
 
 
-def run_scenario(name: str, clients: int, args, address, rp_uuids, api_pid: int) -> dict:
+def run_scenario(name: str, clients: int, args, address, rp_uuids, api_pids, counters=None) -> dict:
+    """One scenario with ``clients`` clients; ``counters`` (bench/costs.py's
+    ServerCounters, or None) are read when the clients start and when they are done
+    (``args.settle``: once PostgreSQL has reported its idle backends' counts)."""
     ctx = multiprocessing.get_context("fork")
     ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [
@@ -356,13 +451,15 @@ def run_scenario(name: str, clients: int, args, address, rp_uuids, api_pid: int)
     try:
         for _ in procs:
             ready.get(timeout=args.warmup + 120)
-        db0 = _db_server_cpu(args.db)
-        api0, machine0, wall0 = _api_cpu(api_pid), _machine_busy(), time.perf_counter()
+        server0 = _server_counters(counters, args)
+        db0 = db_server_cpu(args.db)
+        api0, machine0, wall0 = _api_cpu(api_pids), _machine_busy(), time.perf_counter()
         go.set()
         reports = [results.get(timeout=args.duration + 300) for _ in procs]
         wall = time.perf_counter() - wall0
-        api1, machine1 = _api_cpu(api_pid), _machine_busy()
-        db1 = _db_server_cpu(args.db)
+        api1, machine1 = _api_cpu(api_pids), _machine_busy()
+        db1 = db_server_cpu(args.db)
+        server1 = _server_counters(counters, args)
     finally:
         for proc in procs:
             proc.join(timeout=10)
@@ -378,6 +475,9 @@ def run_scenario(name: str, clients: int, args, address, rp_uuids, api_pid: int)
     api_user = sum(cpu[0] - api0.get(pid, (0.0, 0.0))[0] for pid, cpu in api1.items())
     api_sys = sum(cpu[1] - api0.get(pid, (0.0, 0.0))[1] for pid, cpu in api1.items())
     api_cpu = api_user + api_sys
+    server = None
+    if server0 is not None and server1 is not None:
+        server = per_op(counters.delta(server0, server1), ops)
     return {
         "scenario": name,
         "description": SCENARIOS[name],
@@ -387,6 +487,8 @@ def run_scenario(name: str, clients: int, args, address, rp_uuids, api_pid: int)
         "seconds": round(elapsed, 3),
         "ops_per_s": round(ops / elapsed, 1),
         "requests_per_s": round(sum(r["requests"] for r in reports) / elapsed, 1),
+        # Requests that change something (not GET) per operation, as the client sent them.
+        "writes_per_op": round(sum(r["writes"] for r in reports) / ops, 2) if ops else None,
         "p50_ms": round(_percentile(latencies, 0.50) * 1000, 2),
         "p95_ms": round(_percentile(latencies, 0.95) * 1000, 2),
         "mean_ms": round(statistics.fmean(latencies) * 1000, 2) if latencies else None,
@@ -396,9 +498,51 @@ def run_scenario(name: str, clients: int, args, address, rp_uuids, api_pid: int)
         # CPU milliseconds of the API processes per operation: stable under outside load.
         "api_cpu_ms_per_op": round(api_cpu * 1000 / ops, 2) if ops else None,
         "api_cpu_system_share": round(api_sys / api_cpu, 2) if api_cpu else None,
-        "db_server_cpu": round((db1 - db0) / wall, 2),
+        "db_server_cpu": round(cpu_spent(db0, db1) / wall, 2),
+        # CPU milliseconds of the local database server per operation (any client's
+        # work on that server while the scenario ran: an upper bound).
+        "db_cpu_ms_per_op": round(cpu_spent(db0, db1) * 1000 / ops, 2) if ops else None,
         "machine_cpu": round((machine1 - machine0) / wall, 2),
+        # What the database server counted per operation (bench/costs.py), or None.
+        "server_per_op": server,
     }
+
+
+def _server_counters(counters, args) -> dict | None:
+    """A snapshot of the server's counters, or None (none, or PostgreSQL unsettled)."""
+    if counters is None or counters.backend == "sqlite":
+        return None
+    if counters.backend == "postgresql":
+        return counters.settle() if args.settle else None
+    return counters.snapshot()
+
+
+def add_costs(result: dict, counted: dict | None, floors: dict[int, dict]) -> None:
+    """Add to ``result`` (one scenario's) its costs per operation (``counted``: the
+    in-process count pass's figures for the scenario) and its gap to the commit floor
+    measured with as many connections (``floors``): see the module's docstring."""
+    floor = floors.get(result["clients"])
+    costs: dict = {
+        key: None if counted is None else counted.get(key)
+        for key in ("statements", "commits", "rollbacks", "round_trips")
+    }
+    costs["writes"] = result["writes_per_op"]
+    costs["api_cpu_ms"] = result["api_cpu_ms_per_op"]
+    costs["db_cpu_ms"] = result["db_cpu_ms_per_op"]
+    server = result.get("server_per_op") or {}
+    costs["server_statements"] = server.get("statements")
+    costs["server_commits"] = server.get("commits")
+    costs["floor_ms"] = costs["floor_ops_per_s"] = costs["gap"] = None
+    writes = costs["writes"]
+    if floor is not None and writes:
+        costs["floor_ms"] = round(writes * floor["p50_ms"], 3)
+        if result["clients"] == 1:
+            costs["floor_ops_per_s"] = round(1000 / costs["floor_ms"], 1)
+            costs["gap"] = round(result["p50_ms"] / costs["floor_ms"], 1)
+        else:
+            costs["floor_ops_per_s"] = round(floor["commits_per_s"] / writes, 1)
+            costs["gap"] = round(costs["floor_ops_per_s"] / result["ops_per_s"], 1)
+    result["costs"] = costs
 
 
 # --- database, server and seed ------------------------------------------------------------
@@ -618,6 +762,71 @@ def format_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _figure(value, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def format_costs(results: list[dict]) -> str:
+    """Costs per operation (issue 25): what ``add_costs`` added to each result."""
+    header = (
+        "scenario",
+        "clients",
+        "p50 ms",
+        "ops/s",
+        "writes",
+        "commits",
+        "stmts",
+        "trips",
+        "srv stmts",
+        "srv commits",
+        "API CPU ms",
+        "DB CPU ms",
+        "floor ms",
+        "floor ops/s",
+        "gap x",
+    )
+    rows = [header]
+    for r in results:
+        c = r["costs"]
+        rows.append(
+            (
+                r["description"],
+                str(r["clients"]),
+                f"{r['p50_ms']:.2f}",
+                f"{r['ops_per_s']:.1f}",
+                _figure(c["writes"], 0),
+                _figure(c["commits"]),
+                _figure(c["statements"]),
+                _figure(c["round_trips"]),
+                _figure(c["server_statements"]),
+                _figure(c["server_commits"]),
+                _figure(c["api_cpu_ms"]),
+                _figure(c["db_cpu_ms"]),
+                _figure(c["floor_ms"]),
+                _figure(c["floor_ops_per_s"], 1),
+                _figure(c["gap"], 1),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = []
+    for n, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+        ]
+        lines.append("  ".join(cells))
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_floors(floors: dict[int, dict]) -> str:
+    return "; ".join(
+        f"x{n}: p50 {f['p50_ms']:.3f} ms, p95 {f['p95_ms']:.3f} ms, "
+        f"{f['commits_per_s']:.0f} commits/s"
+        for n, f in sorted(floors.items())
+    )
+
+
 def _default_threads() -> int:
     from exosuit.conf import make_conf
 
@@ -689,6 +898,35 @@ def parse_args(argv=None):
         "framework alone).",
     )
     parser.add_argument(
+        "--target",
+        choices=("exosuit", "cyborg"),
+        default="exosuit",
+        help="The API measured: exosuit-api (default) or Cyborg 17 from .venv-cyborg "
+        "(bench/cyborg.py: cyborg-api under gunicorn and cyborg-conductor, on MariaDB and "
+        "the local RabbitMQ; no in-process count pass).",
+    )
+    parser.add_argument(
+        "--floor-commits",
+        type=int,
+        default=300,
+        help="Transactions timed for the commit floor at each concurrency (default 300; "
+        "0: no floor).",
+    )
+    parser.add_argument(
+        "--count-ops",
+        type=int,
+        default=20,
+        help="Operations of each scenario counted in-process for statements, commits "
+        "and round trips per operation (default 20; 0: no count pass).",
+    )
+    parser.add_argument(
+        "--settle",
+        action="store_true",
+        help="PostgreSQL: read the server's counters around each run once its backends "
+        "have reported them (about 11 s before and after each run); without it, "
+        "PostgreSQL's server-side columns are left empty.",
+    )
+    parser.add_argument(
         "--json", metavar="PATH", help="Also write the results as JSON to PATH ('-' for stdout)."
     )
     parser.add_argument("--keep-log", metavar="PATH", help="Copy the server log to PATH.")
@@ -700,6 +938,8 @@ def parse_args(argv=None):
         "(e.g. '{bin}/gunicorn -k sync -w 8 -b 127.0.0.1:{port} exosuit.wsgi:application').",
     )
     args = parser.parse_args(argv)
+    if args.target == "cyborg" and args.db != "mariadb":
+        parser.error("--target cyborg runs on --db mariadb only")
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
     args.scenarios = [s for s in args.scenarios.split(",") if s]
     unknown = set(args.scenarios) - set(SCENARIOS)
@@ -708,12 +948,93 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    load_before = os.getloadavg()
+def measure(args, db_url: str, address, rp_uuids: list[str], api_pids, count: bool = True):
+    """The commit floor, the in-process count pass (``count``) and every scenario at
+    every concurrency against the API at ``address`` (its processes: ``api_pids`` and
+    their children); returns (results, floors, counted, the server counters' scope)."""
+    floors: dict[int, dict] = {}
+    if args.floor_commits > 0:
+        for clients in args.concurrency:
+            floors[clients] = commit_floor(
+                db_url, n=max(args.floor_commits, clients), concurrency=clients
+            )
+        print(f"  commit floor: {format_floors(floors)}", file=sys.stderr, flush=True)
+    counted: dict[str, dict] = {}
+    if count and args.count_ops > 0:
+        from bench.api_inprocess import count_costs
+
+        counted = count_costs(db_url, args.scenarios, ops=args.count_ops, rp_uuids=rp_uuids)
+    counters = ServerCounters(db_url) if args.db != "sqlite" else None
+    scope = "no server: nothing counted server-side"
+    results: list[dict] = []
+    try:
+        for name in args.scenarios:
+            for clients in args.concurrency:
+                result = run_scenario(name, clients, args, address, rp_uuids, api_pids, counters)
+                add_costs(result, counted.get(name), floors)
+                results.append(result)
+                print(
+                    f"  {SCENARIOS[name]} x{clients}: {result['ops_per_s']} ops/s, "
+                    f"p50 {result['p50_ms']} ms",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finally:
+        if counters is not None:
+            scope = counters.scope
+            counters.close()
+    check_clean(address)
+    return results, floors, counted, scope
+
+
+def _run_cyborg(args, load_before):
+    """``--target cyborg``: bench/cyborg.py's Cyborg 17, measured as Exosuit is."""
+    from bench.cyborg import cyborg_target
+
+    global _EXTRA_HEADERS
+    workdir = tempfile.mkdtemp(prefix="exosuit-bench-cyborg-")
+    threads = args.threads or _default_threads()
+    workers = args.workers or os.cpu_count() or 1
+    try:
+        with cyborg_target(
+            workdir,
+            ADMIN_URLS["mariadb"],
+            workers=workers,
+            threads=threads,
+            hostname=HOSTNAME,
+            deployables=DEPLOYABLES,
+            handles=HANDLES,
+            profile=ARQ_PROFILE,
+            free_port=_free_port,
+        ) as target:
+            _EXTRA_HEADERS = b"".join(
+                b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in target.headers.items()
+            )
+            print(
+                f"Cyborg 17 (cyborg-api under gunicorn, cyborg-conductor) on mariadb: "
+                f"{workers} worker(s), {threads} thread(s) each; {args.duration:g} s per "
+                f"run; load average {load_before[0]:.2f} at start",
+                file=sys.stderr,
+                flush=True,
+            )
+            api_pids = (target.api.pid, target.conductor.pid)
+            measured = measure(args, target.url, target.address, target.rp_uuids, api_pids, False)
+            if args.keep_log:
+                for service in ("api", "conductor"):
+                    shutil.copy(
+                        os.path.join(workdir, f"cyborg-{service}.log"),
+                        f"{args.keep_log}.{service}",
+                    )
+    except RuntimeError as error:  # Cyborg missing, or it did not start
+        raise BenchError(f"Cyborg: {error}") from error
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return (*measured, workers, threads, None)
+
+
+def _run_exosuit(args, load_before):
     workdir = tempfile.mkdtemp(prefix="exosuit-bench-api-")
     database = server = None
-    results: list[dict] = []
     try:
         database = BenchDatabase(args.db, workdir, args.mysql_driver)
         port = _free_port()
@@ -740,17 +1061,7 @@ def main(argv=None) -> int:
             file=sys.stderr,
             flush=True,
         )
-        for name in args.scenarios:
-            for clients in args.concurrency:
-                result = run_scenario(name, clients, args, address, rp_uuids, server.proc.pid)
-                results.append(result)
-                print(
-                    f"  {SCENARIOS[name]} x{clients}: {result['ops_per_s']} ops/s, "
-                    f"p50 {result['p50_ms']} ms",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        check_clean(address)
+        measured = measure(args, database.url, address, rp_uuids, (server.proc.pid,))
         # What the runs left in the database (audit records, Nova's notification jobs,
         # which no conductor runs here): rows and bytes added since the schema was made.
         grown = database_growth(empty, database_size(database.url), 1)
@@ -763,17 +1074,39 @@ def main(argv=None) -> int:
         if database is not None:
             database.drop()
         shutil.rmtree(workdir, ignore_errors=True)
+    return (*measured, workers, threads, left)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    load_before = os.getloadavg()
+    run = _run_cyborg if args.target == "cyborg" else _run_exosuit
+    results, floors, counted, server_scope, workers, threads, left = run(args, load_before)
+    name = "Cyborg 17" if args.target == "cyborg" else "Exosuit"
     load_after = os.getloadavg()
     print(
-        f"\nExosuit API benchmark: {args.db}, {workers} API worker(s) x "
+        f"\n{name} API benchmark: {args.db}, {workers} API worker(s) x "
         f"{threads} thread(s), {args.duration:g} s per run, "
         f"{os.cpu_count()} CPUs, load average {load_before[0]:.2f} before / "
         f"{load_after[0]:.2f} after"
     )
     print(format_table(results))
     print(
-        "CPU columns are cores busy while the scenario ran: client processes, exosuit-api "
-        "processes, the local database server, the whole machine (the rest is other work)."
+        "CPU columns are cores busy while the scenario ran: client processes, the API's "
+        "processes (exosuit-api; Cyborg: cyborg-api and cyborg-conductor), the local "
+        "database server, the whole machine (the rest is other work)."
+    )
+    print(
+        f"\nCosts per operation (issue 25); commit floor on this database: {format_floors(floors)}"
+    )
+    print(format_costs(results))
+    print(
+        "writes: requests other than GET per operation. commits, stmts (SQL statements) "
+        "and trips (round trips to the database server) per operation: counted in-process "
+        "(bench/api_inprocess.py count_costs; Exosuit only). "
+        f"srv: what the server counted ({server_scope}). floor ms: writes x the commit "
+        "floor's p50; floor ops/s: the floor's rate; gap x: how far from it (the module's "
+        "docstring)."
     )
     if args.json:
         report = {
@@ -786,6 +1119,7 @@ def main(argv=None) -> int:
             },
             "load_average_before": [round(x, 2) for x in load_before],
             "load_average_after": [round(x, 2) for x in load_after],
+            "target": args.target,
             "db": args.db,
             "mysql_driver": args.mysql_driver if args.db == "mariadb" else None,
             "api_workers": workers,
@@ -794,6 +1128,9 @@ def main(argv=None) -> int:
             "warmup": args.warmup,
             "results": results,
             "database_added": left,
+            "commit_floor": {str(n): f for n, f in floors.items()},
+            "counted_in_process": counted,
+            "server_counters": server_scope,
         }
         text = json.dumps(report, indent=2)
         if args.json == "-":

@@ -11,6 +11,9 @@ process CPU time (``time.process_time``) per operation, the median of ``--rounds
 rounds of ``--ops`` operations each after ``--warmup`` unmeasured ones: what the
 application costs, without the server's share (bench/api.py measures both).
 
+``--count`` also counts, per operation, the statements, write commits and round trips
+each scenario sends (``count_costs``, which bench/api.py runs too).
+
 ``--profile PATH`` also runs each scenario once more under cProfile and writes its
 statistics to ``PATH.<scenario>.pstats`` (read them with ``python -m pstats``).
 Figures and how they were used: doc/benchmarks.md.
@@ -28,7 +31,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -40,10 +42,21 @@ from bench.api import (  # noqa: E402
     HOSTNAME,
     BenchDatabase,
     BenchError,
+    arq_cycle,
+    profile_cycle,
 )
 from tests.helpers.inventory import fpga, snapshot  # noqa: E402
 
-SCENARIOS = ("version", "deployables", "profile", "arq", "report", "report_usage", "new_host")
+SCENARIOS = (
+    "version",
+    "deployables",
+    "profile",
+    "arq",
+    "arq_nowait",
+    "report",
+    "report_usage",
+    "new_host",
+)
 
 
 class InProcessClient:
@@ -51,6 +64,8 @@ class InProcessClient:
 
     def __init__(self, app) -> None:
         self.app = app
+        self.requests = 0
+        self.writes = 0  # requests that change something (not GET or HEAD)
 
     def request(self, method: str, path: str, body=None, headers=None) -> tuple[int, bytes]:
         path, _, query = path.partition("?")
@@ -82,6 +97,8 @@ class InProcessClient:
             environ["CONTENT_TYPE"] = "application/json"
             environ["CONTENT_LENGTH"] = str(len(data))
         status: list[str] = []
+        self.requests += 1
+        self.writes += method not in ("GET", "HEAD")
 
         def start_response(line, headers, exc_info=None):
             status.append(line)
@@ -163,34 +180,18 @@ class Scenarios:
 
     def profile(self) -> None:
         self.count += 1
-        name = f"bench-{os.getpid()}-{self.count}"
-        status, body = self.client.request(
-            "POST", "/v2/device_profiles", [{"name": name, "groups": [{"resources:FPGA": "1"}]}]
-        )
-        _expect(status, body, 201, "POST /v2/device_profiles")
-        uuid_ = json.loads(body)["uuid"]
-        _expect(*self.client.request("DELETE", f"/v2/device_profiles/{uuid_}"), 204, "DELETE")
+        profile_cycle(self.client, f"bench-{os.getpid()}-{self.count}")
 
-    def arq(self) -> None:
+    def _next_rp(self) -> str:
         rp_uuid = self.rp_uuids[self.count % len(self.rp_uuids)]
         self.count += 1
-        status, body = self.client.request(
-            "POST", "/v2/accelerator_requests", {"device_profile_name": ARQ_PROFILE}
-        )
-        _expect(status, body, 201, "POST /v2/accelerator_requests")
-        (arq,) = json.loads(body)["arqs"]
-        instance = str(uuid.uuid4())
-        ops = [
-            {"op": "add", "path": "/hostname", "value": HOSTNAME},
-            {"op": "add", "path": "/device_rp_uuid", "value": rp_uuid},
-            {"op": "add", "path": "/instance_uuid", "value": instance},
-        ]
-        status, body = self.client.request("PATCH", "/v2/accelerator_requests", {arq["uuid"]: ops})
-        _expect(status, body, 202, "PATCH /v2/accelerator_requests (bind)")
-        status, body = self.client.request(
-            "DELETE", f"/v2/accelerator_requests?instance={instance}"
-        )
-        _expect(status, body, 204, "DELETE /v2/accelerator_requests?instance=")
+        return rp_uuid
+
+    def arq(self) -> None:
+        arq_cycle(self.client, self._next_rp())
+
+    def arq_nowait(self) -> None:
+        arq_cycle(self.client, self._next_rp(), wait=False)
 
 
 _seed_hash = ""
@@ -212,6 +213,71 @@ def seed(client: InProcessClient) -> list[str]:
     )
     _expect(status, body, 201, "POST /v2/device_profiles")
     return [d["rp_uuid"] for d in deployables]
+
+
+def count_costs(
+    db_url: str,
+    names: list[str],
+    *,
+    ops: int = 20,
+    warmup: int = 3,
+    rp_uuids: list[str] | None = None,
+) -> dict[str, dict]:
+    """What one operation of each scenario in ``names`` sends to the database at
+    ``db_url``, counted in-process (the application exosuit-api serves, called
+    directly, one client, after ``warmup`` unmeasured operations). Per operation:
+    ``requests``; ``writes`` (requests other than GET); ``statements`` (every SQL
+    statement but BEGIN/COMMIT/ROLLBACK, the cache's counter reads included);
+    ``commits`` and ``rollbacks`` of write transactions; ``transactions`` (write
+    transactions begun); ``round_trips`` to the server, counted on the wire by
+    bench/costs.py's RoundTripProxy (None on SQLite: no server). The database must
+    be seeded as ``seed`` does, ``rp_uuids`` its deployables' providers (or empty:
+    seeded here)."""
+    import sqlalchemy as sa
+
+    from bench.costs import RoundTripProxy, StatementCounter, per_op
+    from exosuit.api.deploy import loadapp
+    from exosuit.conf import make_conf
+    from exosuit.db.api import Database
+
+    proxy = None
+    if sa.make_url(db_url).get_backend_name() != "sqlite":
+        proxy = RoundTripProxy.for_url(db_url)
+    db = Database(proxy.url(db_url) if proxy else db_url)
+    workdir = tempfile.mkdtemp(prefix="exosuit-bench-count-")
+    results: dict[str, dict] = {}
+    try:
+        conf = make_conf([], state_path=workdir, host=HOSTNAME)
+        conf.set_override("new_device_activation", "ready", group="inventory")
+        app = loadapp(conf, db)
+        client = InProcessClient(app)
+        scenarios = Scenarios(client, rp_uuids or seed(client))
+        # The reads of the report cache's counter go on a connection of their own.
+        reader = getattr(app.application.host_reports.version, "read", None)
+        readers = (reader,) if hasattr(reader, "direct_reads") else ()
+        with StatementCounter(db, readers) as counter:
+            for name in names:
+                op = getattr(scenarios, name)
+                for _ in range(warmup):
+                    op()
+                before, trips = counter.counts(), proxy and proxy.count
+                requests, writes = client.requests, client.writes
+                for _ in range(ops):
+                    op()
+                after = counter.counts()
+                counts: dict[str, int | None] = {
+                    key: after[key] - before[key] for key in counter.KEYS
+                }
+                counts["requests"] = client.requests - requests
+                counts["writes"] = client.writes - writes
+                counts["round_trips"] = proxy.count - trips if proxy else None
+                results[name] = {"ops": ops, **per_op(counts, ops)}
+    finally:
+        db.dispose()
+        if proxy is not None:
+            proxy.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return results
 
 
 def measure(op, ops: int, warmup: int, rounds: int) -> list[float]:
@@ -240,6 +306,12 @@ def parse_args(argv=None):
     parser.add_argument("--rounds", type=int, default=3, help="Measured rounds (3).")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--profile", metavar="PATH", help="Write cProfile statistics too.")
+    parser.add_argument(
+        "--count",
+        action="store_true",
+        help="Also count statements, write commits and round trips per operation "
+        "(count_costs; ``--ops`` operations per scenario).",
+    )
     args = parser.parse_args(argv)
     args.scenarios = [s for s in args.scenarios.split(",") if s]
     unknown = set(args.scenarios) - set(SCENARIOS)
@@ -266,7 +338,8 @@ def main(argv=None) -> int:
             # The bench binds what its agent reports: new devices ready (doc/devices.md).
             conf.set_override("new_device_activation", "ready", group="inventory")
         client = InProcessClient(loadapp(conf, db))
-        scenarios = Scenarios(client, seed(client))
+        rp_uuids = seed(client)
+        scenarios = Scenarios(client, rp_uuids)
         load = os.getloadavg()[0]
         print(f"in-process, {args.db}, load average {load:.2f} at start")
         if "new_host" in args.scenarios:
@@ -280,6 +353,16 @@ def main(argv=None) -> int:
                 profiler = cProfile.Profile()
                 profiler.runcall(measure, op, args.ops, 0, 1)
                 profiler.dump_stats(f"{args.profile}.{name}.pstats")
+        if args.count:
+            names = [n for n in args.scenarios if n not in ("report", "report_usage", "new_host")]
+            counted = count_costs(database.url, names, ops=args.ops, rp_uuids=rp_uuids)
+            for name, c in counted.items():
+                trips = "-" if c["round_trips"] is None else f"{c['round_trips']:g}"
+                print(
+                    f"  {name:12} per op: {c['requests']:g} requests, "
+                    f"{c['statements']:g} statements, {c['commits']:g} commits, "
+                    f"{c['rollbacks']:g} rollbacks, {trips} round trips"
+                )
     finally:
         if db is not None:
             db.dispose()

@@ -266,12 +266,20 @@ PROCESS_FIXTURES = frozenset(
 )
 
 
-# Tests that need Keystone (and with it Glance and Nova, which authenticate there and
-# keep their catalog entries in it) go to one pytest-xdist worker: it starts each of them
-# once per run. Placement, small and started in seconds, runs once per worker that needs it.
-# The tests on the private Galera cluster (tests/helpers/galera.py) share one worker too,
-# so that its three servers start once per run.
-ONE_WORKER_FIXTURES = {"keystone": "keystone", "galera": "galera"}
+# Tests that need Glance or the real Nova (which authenticate at Keystone and keep their
+# catalog entries in it) go to one pytest-xdist worker, which starts Keystone, Glance and
+# Nova once per run; the tests that need Keystone alone go to another, which starts a
+# Keystone of its own (about 30 s), so that the two groups run side by side: as one group
+# they were the run's long pole (doc/benchmarks.md, "The test suite"). Placement, small and
+# started in seconds, runs once per worker that needs it. The tests on the private Galera
+# cluster (tests/helpers/galera.py) share one worker too, so that its three servers start
+# once per run. The first fixture a test needs, in this order, names its group.
+ONE_WORKER_FIXTURES = {
+    "nova_cloud": "nova",
+    "glance": "nova",
+    "keystone": "keystone",
+    "galera": "galera",
+}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups

@@ -31,6 +31,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 _DONE = object()  # what next() gives at the end of a response body
+_Started = tuple[str, list[tuple[str, str]]]  # a response's status and headers
 
 
 class WsgiOverAsgi:
@@ -52,7 +53,10 @@ class WsgiOverAsgi:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.body_timeout
-        read = await self._body(scope, receive, deadline)
+        if _bodiless(scope):
+            read: tuple[bytes, bool] | None = (b"", True)
+        else:
+            read = await self._body(scope, receive, deadline)
         if read is None:
             await _refuse(send, 408, _timeout_message(self.body_timeout))
             return
@@ -61,7 +65,12 @@ class WsgiOverAsgi:
         if not whole:  # the rest streams (an image upload)
             streamed = _Streamed(body, receive, loop, deadline, self.body_timeout, self.max_body)
             environ["wsgi.input"] = io.BufferedReader(streamed)
-        started, chunks = await loop.run_in_executor(self.pool, self._start, environ)
+        # NOTE: not run_in_executor: its asyncio future chained to the pool's costs more
+        # than the one callback the thread sends the loop here.
+        answered: asyncio.Future[tuple[_Started, Iterator[bytes] | list[bytes]]]
+        answered = loop.create_future()
+        self.pool.submit(self._run, environ, loop, answered)
+        started, chunks = await answered
         status, headers = started
         await send(
             {
@@ -112,12 +121,24 @@ class WsgiOverAsgi:
             more = bool(message.get("more_body", False))
         return bytes(body), not more
 
-    def _start(
-        self, environ: dict[str, Any]
-    ) -> tuple[tuple[str, list[tuple[str, str]]], Iterator[bytes] | list[bytes]]:
+    def _run(
+        self,
+        environ: dict[str, Any],
+        loop: asyncio.AbstractEventLoop,
+        answered: asyncio.Future[tuple[_Started, Iterator[bytes] | list[bytes]]],
+    ) -> None:
+        """``_start`` in a pool thread, its outcome handed to the loop."""
+        try:
+            outcome = self._start(environ)
+        except BaseException as error:  # noqa: BLE001 - raised in the coroutine (a 500)
+            loop.call_soon_threadsafe(_settle, answered, None, error)
+        else:
+            loop.call_soon_threadsafe(_settle, answered, outcome, None)
+
+    def _start(self, environ: dict[str, Any]) -> tuple[_Started, Iterator[bytes] | list[bytes]]:
         """Call the application (in a pool thread) until it has started its response: its
         body's chunks then, when it gave them all at once, else their iterator."""
-        started: list[tuple[str, list[tuple[str, str]]]] = []
+        started: list[_Started] = []
 
         def start_response(
             status: str, headers: list[tuple[str, str]], exc_info: Any = None
@@ -137,6 +158,26 @@ class WsgiOverAsgi:
         if not started:  # a streamed body starts its response with its first chunk
             chunks.first = next(chunks.inner, b"")
         return started[0], chunks
+
+
+def _bodiless(scope: Scope) -> bool:
+    """Whether an HTTP/1 request has no body: neither a length nor a transfer coding
+    (nothing to read: the application runs at once)."""
+    if scope.get("http_version") not in ("1.1", "1.0"):
+        return False  # HTTP/2 frames a body without either
+    return not any(
+        bytes(key).lower() in (b"content-length", b"transfer-encoding")
+        for key, _ in scope["headers"]
+    )
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 class _Streamed(io.RawIOBase):

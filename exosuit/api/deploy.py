@@ -12,7 +12,8 @@ Order (outermost first) and why:
    (``/metrics`` authenticates a caller who offers credentials: ``PublicRoutes``).
 4. ``UnchangedReports`` - an agent's unchanged report that this process's cache
    answers, answered without webob or routing (the same checks and policy, after
-   authentication); any other request goes on.
+   authentication); and ``CachedLists``: a ``GET /v2/deployables`` that the response
+   cache answers, likewise. Any other request goes on.
 5. ``Application`` - routing, microversions, context, policy, handlers, and the
    fault barrier that turns any unexpected exception into a JSON 500.
 """
@@ -32,7 +33,7 @@ from oslo_config import cfg
 from exosuit import exceptions
 from exosuit.api import microversion, router, wsgi
 from exosuit.api.admission import Admission
-from exosuit.api.handlers import agent
+from exosuit.api.handlers import agent, deployables
 from exosuit.api.policies import make_enforcer
 from exosuit.api.policies.cache import DecisionCache
 from exosuit.api.report_cache import ReportCache, Version
@@ -117,6 +118,9 @@ class Application:
         self.policy = DecisionCache(self.enforcer)
         # Bodies of lists kept while their data's version is unchanged (deployables).
         self.responses = ResponseCache()
+        # The list's version as the cache compares it: one read for the threads that
+        # ask at once (exosuit/db/changes.py).
+        self.deployables_version = changes.SharedRead(changes.HeldReader(db, changes.DEPLOYABLES))
         self.router = router.Router()
         # This process's request latency histogram (LatencyMiddleware fills it).
         self.latency = RequestLatency()
@@ -287,6 +291,33 @@ class UnchangedReports:
         return self.app(environ, start_response)
 
 
+class CachedLists:
+    """Answer ``GET /v2/deployables`` from the response cache before the application's
+    webob, routing and microversion work, when the cache holds the list at the version
+    the database holds now: ``deployables.cached_answer`` holds the rules. Every other
+    request, or one it cannot answer, goes to ``app``, which answers as always."""
+
+    def __init__(self, app: WSGIApplication, application: Application) -> None:
+        self.app = app
+        self.application = application
+        self.answered = 0  # lists answered here (for tests: not exact across threads)
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("REQUEST_METHOD") == "GET":
+            try:
+                found = deployables.cached_answer(self.application, environ)
+            except Exception:  # noqa: BLE001 - the full path answers it, errors included
+                LOG.debug("cached list left to the full path", exc_info=True)
+                found = None
+            if found is not None:
+                self.answered += 1
+                body, headers = found
+                environ["exosuit.route"] = deployables.LIST_ROUTE  # the latency's label
+                start_response("200 OK", headers)
+                return [body]
+        return self.app(environ, start_response)
+
+
 class NoAuthMiddleware:
     """Identity from keystonemiddleware's headers, without a token (embedded default).
 
@@ -354,6 +385,7 @@ class PublicRoutes:
 class RequestIdMiddleware:
     application: Application  # set by loadapp: the app at the end of the pipeline
     unchanged_reports: UnchangedReports  # set by loadapp too
+    cached_lists: CachedLists  # and this
 
     def __init__(self, app: WSGIApplication) -> None:
         self.app = app
@@ -443,7 +475,8 @@ class _Timed:
 def loadapp(conf: cfg.ConfigOpts, db: Database | None = None) -> RequestIdMiddleware:
     """The WSGI application for ``conf`` (and ``db``, made from conf if not given)."""
     app = Application(conf, db or make_database(conf))
-    fast = UnchangedReports(app, app)
+    lists = CachedLists(app, app)
+    fast = UnchangedReports(lists, app)
     api = ApiSettings.from_conf(conf)
     public: WSGIApplication
     if api.auth_strategy == "keystone":
@@ -460,4 +493,5 @@ def loadapp(conf: cfg.ConfigOpts, db: Database | None = None) -> RequestIdMiddle
     pipeline = RequestIdMiddleware(LatencyMiddleware(routes, app))
     pipeline.application = app  # for tests and `exosuit serve`
     pipeline.unchanged_reports = fast
+    pipeline.cached_lists = lists
     return pipeline

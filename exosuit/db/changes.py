@@ -48,9 +48,11 @@ reader cannot follow.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import threading
+from collections.abc import Callable
 from typing import Any, Final, Literal
 
 import sqlalchemy as sa
@@ -64,6 +66,8 @@ __all__ = [
     "SLOTS",
     "Counter",
     "CounterReader",
+    "HeldReader",
+    "SharedRead",
     "count",
     "forget",
     "mark",
@@ -161,6 +165,82 @@ class CounterReader:
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+
+class HeldReader:
+    """``version(conn, counter)`` as a function of no argument, through SQLAlchemy (its
+    statement events see each read, as they see any other) but on one connection of the
+    database's readers held open, detached from their pool: each read is one statement in
+    autocommit mode (it sees every transaction committed before it started, as a pooled
+    read does) without a pool check-out and check-in around it, which cost about as much
+    as the read itself. Any error drops the connection and answers this read through
+    ``db.read`` (retried and mapped as every read); the next one reconnects. SQLite
+    reads through ``db.read`` always."""
+
+    def __init__(self, db: Any, counter: str) -> None:
+        if counter not in _Q_VERSION:
+            raise ValueError(f"unknown counter {counter!r}")
+        self.db = db
+        self.counter = counter
+        self._query = _Q_VERSION[counter]
+        # Database's reader engine: autocommit connections of their own (exosuit/db/api.py).
+        self._engine = None if db.dialect == "sqlite" else db._read_engine
+        self._lock = threading.Lock()
+        self._conn: Connection | None = None
+
+    def __call__(self) -> int:
+        if self._engine is not None:
+            with self._lock:
+                try:
+                    if self._conn is None:
+                        conn = self._engine.connect()
+                        conn.detach()  # ours until dropped: the pool opens another instead
+                        self._conn = conn
+                    return int(self._conn.execute(self._query).scalar_one())
+                except Exception as error:  # noqa: BLE001 - the driver's, whichever it is
+                    LOG.debug("counter read failed (%s); reading through the pool", error)
+                    self._drop()
+        return int(self.db.read(version, self.counter))
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()  # detached: closes the connection itself
+            except Exception:  # noqa: BLE001, S110 - it may be gone already
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+
+class SharedRead:
+    """``read()`` (a counter's version) shared by the threads that ask at once: a caller
+    gets the value of a read that started after it asked, its own or one another caller
+    started meanwhile; so, as with a read of its own, no change committed before it
+    asked is missing from the value it gets. One read runs at a time: those who asked
+    while it ran wait for it to end, and the first of them reads again, for them all.
+    A read that fails is nobody's answer (each caller then tries its own)."""
+
+    def __init__(self, read: Callable[[], int]) -> None:
+        self._read = read
+        self._lock = threading.Lock()
+        self._tickets = itertools.count()  # next() is atomic: no lock needed to ask
+        self._last: tuple[int, int] | None = None  # (the read's ticket, its value)
+        self.reads = 0  # reads made (for tests)
+
+    def __call__(self) -> int:
+        asked = next(self._tickets)
+        with self._lock:
+            last = self._last
+            if last is not None and last[0] > asked:  # it started after we asked
+                return last[1]
+            started = next(self._tickets)
+            self.reads += 1
+            value = self._read()
+            self._last = (started, value)
+            return value
 
 
 def version_query(counter: str) -> sa.ScalarSelect[Any]:

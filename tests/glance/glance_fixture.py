@@ -35,7 +35,7 @@ from tests.helpers.keystone_fixture import REGION, Keystone, _free_port, _script
 
 __all__ = ["Glance", "GlanceUser", "glance_fixture"]
 
-STARTUP_TIMEOUT = 60.0
+STARTUP_TIMEOUT = 180.0
 
 # The child process: Glance's WSGI application under cheroot. sys.argv is emptied
 # first: Glance's oslo.config reads the command line.

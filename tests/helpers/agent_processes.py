@@ -43,7 +43,7 @@ def drain(stream, into: list) -> None:
         into.extend(stream)
 
 
-def wait_for(predicate, timeout: float = 15.0, what: str = "", interval: float = 0.05):
+def wait_for(predicate, timeout: float = 60.0, what: str = "", interval: float = 0.05):
     """Poll ``predicate`` until it returns something true; return that."""
     deadline = time.monotonic() + timeout
     while True:
@@ -100,7 +100,7 @@ class ApiProcess:
         )
         self.process: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 120.0) -> None:
         with open(self.log_path, "a") as log:
             self.process = subprocess.Popen(
                 [os.path.join(BIN, "exosuit-api"), "--config-file", str(self.config)],

@@ -63,7 +63,7 @@ USERS = {
     "p2-member": ("p2", "member"),
 }
 REGION = "RegionOne"
-STARTUP_TIMEOUT = 60.0
+STARTUP_TIMEOUT = 180.0
 
 # The child process: Keystone's WSGI application under cheroot. sys.argv is
 # emptied first because Keystone's oslo.config reads the command line.

@@ -36,7 +36,7 @@ from tests.conftest import ApiClient, make_test_conf
 from tests.helpers.inventory import snapshot
 
 RUNNER = Path(__file__).with_name("placement_server.py")
-START_TIMEOUT = 60.0
+START_TIMEOUT = 120.0
 # Nova's view: the latest microversion this Placement speaks.
 NOVA_MICROVERSION = "1.39"
 

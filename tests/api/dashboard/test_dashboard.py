@@ -36,7 +36,7 @@ MANAGER = {"X-User-Id": "u-manager", "X-Project-Id": PROJECT, "X-Roles": "manage
 READER = {"X-User-Id": "u-reader", "X-Project-Id": PROJECT, "X-Roles": "reader"}
 # Under noauth a request without identity headers is an admin with the service role.
 ADMIN: dict[str, str] = {}
-WAIT = 30.0
+WAIT = 60.0
 STALE_HOST = "browser-stale-host"
 STALE_AFTER = 300  # [api] stale_report_after's default: the summary's "stale" hosts
 

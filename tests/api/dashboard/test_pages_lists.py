@@ -33,7 +33,7 @@ MEMBER = {"X-User-Id": "u-member", "X-Project-Id": PROJECT, "X-Roles": "member,r
 MANAGER = {"X-User-Id": "u-manager", "X-Project-Id": PROJECT, "X-Roles": "manager,member,reader"}
 READER = {"X-User-Id": "u-reader", "X-Project-Id": PROJECT, "X-Roles": "reader"}
 PROFILE = "lists-fpga"
-WAIT = 30.0
+WAIT = 60.0
 
 
 @pytest.fixture(scope="module")
