@@ -92,6 +92,7 @@ from bench._common import (  # noqa: E402
     fresh_database,
     percentile,
 )
+from bench.costs import commit_floor  # noqa: E402
 from exosuit.agent.snapshot import build_snapshot  # noqa: E402
 from exosuit.drivers import DriverContext  # noqa: E402
 from exosuit.drivers.simulated import SimulatedDriver  # noqa: E402
@@ -588,6 +589,10 @@ def main() -> int:
 def _phases(args, shape, snapshots, results, held, current, db_url, url, server) -> None:
     """The phases before the power cut, on the first exosuit-api."""
     meter = CpuMeter(server.pid, args.db)
+    # What one durable INSERT + COMMIT costs on this database now (bench/costs.py): the
+    # floor the write phases' figures compare with.
+    results["commit_floor"] = commit_floor(db_url)
+    results["commit_floor_8_connections"] = commit_floor(db_url, concurrency=8)
     empty = database_size(db_url)
     print("storm …", file=sys.stderr)
     transactions = _Transactions(db_url)
