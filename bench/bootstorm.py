@@ -34,6 +34,17 @@ client per accepted report, with the load average before and at its end; the SQL
 statements and commits per report of each kind are counted in-process (the same
 application called directly on the same database).
 
+After the storm the database is ANALYZEd (as autovacuum would be; ``--no-analyze``).
+
+Power cut (after the other phases; ``--power-cut-minutes 0`` leaves it out):
+exosuit-api restarts on the same database (its caches cold), every host's last report
+moves ``--power-cut-minutes`` back, and every host's agent reports as a restarted
+exosuit-agent with its cache does, within ``--power-cut-jitter``: half the hash only
+(their report time then written), a quarter a device unhealthy, a quarter a device
+missing (``_power_cut_reports``). Measures the time until all are acknowledged, the
+statuses (5xx, 429), the CPU and server transactions per report, then reads every host
+and device back through the API (``power_cut_visible``).
+
 3. agent: a real `exosuit-agent run` process (simulated and pci drivers, 8 simulated
    devices), installed as on a host (`--agent-bin host`, the default: its own
    virtualenv holding the package and its runtime dependencies only, made with `pip
@@ -81,6 +92,7 @@ from bench._common import (  # noqa: E402
     fresh_database,
     percentile,
 )
+from bench.costs import commit_floor  # noqa: E402
 from exosuit.agent.snapshot import build_snapshot  # noqa: E402
 from exosuit.drivers import DriverContext  # noqa: E402
 from exosuit.drivers.simulated import SimulatedDriver  # noqa: E402
@@ -122,15 +134,24 @@ def _usage(snapshot: dict, seed: int) -> dict:
 
 
 async def _storm(
-    url: str, snapshots, concurrency: int, jitter: float, held: dict[str, int]
+    url: str,
+    snapshots,
+    concurrency: int,
+    jitter: float,
+    held: dict[str, int],
+    *,
+    holds: bool = False,
 ) -> dict:
     """Every snapshot PUT once it is released (``held``: each host's desired-state
-    generation from its answer, which the simulated agent then holds)."""
+    generation from its answer, which the simulated agent then holds; ``holds``: each
+    report names it in ``Exosuit-Desired-Generation``, as a restarted agent with its
+    cache does)."""
     host, port = url.split("//")[1].split(":")
     port = int(port)
     queue: asyncio.Queue = asyncio.Queue()
     start = time.monotonic()
-    stats = {"requests": 0, "429": 0, "errors": 0, "latencies": []}
+    stats: dict = {"requests": 0, "429": 0, "5xx": 0, "errors": 0, "latencies": []}
+    stats["statuses"] = {}
     done_at: list[float] = []
 
     async def release(item):
@@ -145,19 +166,25 @@ async def _storm(
                 break
             name, body, _, _ = item
             t0 = time.monotonic()
+            extra = {HOLDS: str(held[name])} if holds and name in held else None
             try:
                 status, headers, payload = await conn.request(
-                    "PUT", f"/agent/v1/hosts/{name}/inventory", body
+                    "PUT", f"/agent/v1/hosts/{name}/inventory", body, extra
                 )
             except OSError:
                 stats["errors"] += 1
                 asyncio.get_running_loop().create_task(_later(queue, item, 1.0))
                 continue
             stats["requests"] += 1
+            stats["statuses"][status] = stats["statuses"].get(status, 0) + 1
+            if status >= 500:
+                stats["5xx"] += 1
             if status == 200:
                 stats["latencies"].append(time.monotonic() - t0)
                 done_at.append(time.monotonic() - start)
-                held[name] = json.loads(payload)["desired_state"]["generation"]
+                desired = json.loads(payload).get("desired_state")
+                if desired is not None:  # none: the one held is current
+                    held[name] = desired["generation"]
                 if len(done_at) == len(snapshots):
                     for _ in range(concurrency):
                         queue.put_nowait(None)
@@ -484,6 +511,28 @@ def main() -> int:
         "pipelining) or asyncio (asyncio streams, each request encoded as it is sent: "
         "the client of the figures before 2026-11-26)",
     )
+    parser.add_argument(
+        "--no-analyze",
+        dest="analyze",
+        action="store_false",
+        help="no ANALYZE after the storm (the figures before 2026-11-29 were taken so, on a "
+        "server with autovacuum off: a changed host's rows then read by sequential scans)",
+    )
+    parser.add_argument(
+        "--power-cut-minutes",
+        type=int,
+        default=10,
+        help="after the other phases, exosuit-api restarts and every host's agent restarts "
+        "after a power cut this long (each host's last report moved this far back); 0: "
+        "no power-cut phase",
+    )
+    parser.add_argument(
+        "--power-cut-jitter",
+        type=float,
+        default=10.0,
+        help="first-report jitter of each restarted agent, seconds ([agent] report_jitter's "
+        "default)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument(
         "--no-agent",
@@ -513,83 +562,136 @@ def main() -> int:
     }
     results["load_average_before"] = [round(x, 2) for x in os.getloadavg()]
     held: dict[str, int] = {}
+    # What each host's agent last had acknowledged: hostname → (snapshot, hash, usage).
+    current = {name: (body, digest, usage) for name, body, digest, usage in snapshots}
+    extra = f"server = {args.server}\n" + "".join(f"{o}\n" for o in args.api_option)
     with (
         tempfile.TemporaryDirectory() as workdir,
         fresh_database(args.db, workdir) as db_url,
-        api_server(
-            db_url,
-            workers=args.workers,
-            threads=args.threads,
-            extra=f"server = {args.server}\n" + "".join(f"{o}\n" for o in args.api_option),
-        ) as (url, server),
     ):
-        meter = CpuMeter(server.pid, args.db)
-        empty = database_size(db_url)
-        print("storm …", file=sys.stderr)
-        meter.start()
-        storm = asyncio.run(_storm(url, snapshots, args.concurrency, args.jitter, held))
-        results["storm_cost"] = meter.stop(len(snapshots))
-        results["storm_all_visible_s"] = round(storm["all_acknowledged_s"], 1)
-        results["storm_requests"] = storm["requests"]
-        results["storm_429"] = storm["429"]
-        results["storm_errors"] = storm["errors"]
-        results["storm_p95_ms"] = round(percentile(storm["latencies"], 0.95) * 1000, 1)
-        devices = _count(url, "devices")
-        results["devices_in_api"] = devices
-        results["devices_expected"] = args.hosts * sum(shape.values())
-        results["database_after_storm"] = database_growth(empty, database_size(db_url), args.hosts)
-        print("unchanged reports …", file=sys.stderr)
-        meter.start()
-        unchanged = asyncio.run(
-            _unchanged(
-                url, snapshots, args.concurrency, args.unchanged_seconds, held, client=args.client
-            )
-        )
-        results["unchanged_cost"] = meter.stop(unchanged["statuses"].get(200, 0))
-        results["unchanged_per_s"] = round(unchanged["per_second"])
-        results["unchanged_p50_ms"] = round(unchanged["p50_ms"], 1)
-        results["unchanged_p95_ms"] = round(unchanged["p95_ms"], 1)
-        results["unchanged_statuses"] = unchanged["statuses"]
-        print("unchanged reports with usage …", file=sys.stderr)
-        meter.start()
-        with_usage = asyncio.run(
-            _unchanged(
+        with api_server(db_url, workers=args.workers, threads=args.threads, extra=extra) as (
+            url,
+            server,
+        ):
+            _phases(args, shape, snapshots, results, held, current, db_url, url, server)
+        if args.power_cut_minutes:
+            # exosuit-api restarted too (its caches cold), on the database as it is.
+            with api_server(db_url, workers=args.workers, threads=args.threads, extra=extra) as (
                 url,
-                snapshots,
-                args.concurrency,
-                args.unchanged_seconds,
-                held,
-                usage=True,
-                client=args.client,
-            )
-        )
-        results["unchanged_usage_cost"] = meter.stop(with_usage["statuses"].get(200, 0))
-        results["unchanged_usage_per_s"] = round(with_usage["per_second"])
-        results["unchanged_usage_p50_ms"] = round(with_usage["p50_ms"], 1)
-        results["unchanged_usage_p95_ms"] = round(with_usage["p95_ms"], 1)
-        results["unchanged_usage_statuses"] = with_usage["statuses"]
-        results["unchanged_usage_bytes"] = len(dumps({"usage": snapshots[0][3]}))
-        changed_hosts = snapshots[: args.changed_hosts]
-        if changed_hosts:
-            print(f"changed reports ({len(changed_hosts)} hosts) …", file=sys.stderr)
-            meter.start()
-            changed = asyncio.run(_storm(url, _changed(changed_hosts), args.concurrency, 0.0, held))
-            results["changed_cost"] = meter.stop(len(changed_hosts))
-            results["changed_per_s"] = round(len(changed_hosts) / changed["all_acknowledged_s"])
-            results["changed_429"] = changed["429"]
-            results["changed_errors"] = changed["errors"]
-        print("statements per report (in-process) …", file=sys.stderr)
-        results["statements_per_report"] = _statements(db_url, shape)
-        if args.no_agent:
-            return _print(results, args)
-        print("agent process …", file=sys.stderr)
-        results["agent_install"] = _install_of(args.agent_bin)
-        results.update(_agent_phase(url, shape, args.agent_bin))
-        print("uevent → API …", file=sys.stderr)
-        results.update(
-            _uevent_phase(url, args.uevent_fixture, args.uevent_driver, args.uevent_repeats)
-        )
+                server,
+            ):
+                results.update(
+                    _power_cut_phase(args, shape, results, held, current, db_url, url, server)
+                )
     return _print(results, args)
+
+
+def _phases(args, shape, snapshots, results, held, current, db_url, url, server) -> None:
+    """The phases before the power cut, on the first exosuit-api."""
+    meter = CpuMeter(server.pid, args.db)
+    # What one durable INSERT + COMMIT costs on this database now (bench/costs.py): the
+    # floor the write phases' figures compare with.
+    results["commit_floor"] = commit_floor(db_url)
+    results["commit_floor_8_connections"] = commit_floor(db_url, concurrency=8)
+    empty = database_size(db_url)
+    print("storm …", file=sys.stderr)
+    transactions = _Transactions(db_url)
+    meter.start()
+    storm = asyncio.run(_storm(url, snapshots, args.concurrency, args.jitter, held))
+    results["storm_cost"] = meter.stop(len(snapshots))
+    results["storm_server_transactions_per_host"] = transactions.per(len(snapshots))
+    results["storm_all_visible_s"] = round(storm["all_acknowledged_s"], 1)
+    results["storm_requests"] = storm["requests"]
+    results["storm_429"] = storm["429"]
+    results["storm_errors"] = storm["errors"]
+    results["storm_5xx"] = storm["5xx"]
+    results["storm_p95_ms"] = round(percentile(storm["latencies"], 0.95) * 1000, 1)
+    devices = _count(url, "devices")
+    results["devices_in_api"] = devices
+    results["devices_expected"] = args.hosts * sum(shape.values())
+    results["database_after_storm"] = database_growth(empty, database_size(db_url), args.hosts)
+    if args.analyze:
+        results["analyze_after_storm_s"] = _analyze(db_url)
+    print("unchanged reports …", file=sys.stderr)
+    meter.start()
+    unchanged = asyncio.run(
+        _unchanged(
+            url, snapshots, args.concurrency, args.unchanged_seconds, held, client=args.client
+        )
+    )
+    results["unchanged_cost"] = meter.stop(unchanged["statuses"].get(200, 0))
+    results["unchanged_per_s"] = round(unchanged["per_second"])
+    results["unchanged_p50_ms"] = round(unchanged["p50_ms"], 1)
+    results["unchanged_p95_ms"] = round(unchanged["p95_ms"], 1)
+    results["unchanged_statuses"] = unchanged["statuses"]
+    print("unchanged reports with usage …", file=sys.stderr)
+    meter.start()
+    with_usage = asyncio.run(
+        _unchanged(
+            url,
+            snapshots,
+            args.concurrency,
+            args.unchanged_seconds,
+            held,
+            usage=True,
+            client=args.client,
+        )
+    )
+    results["unchanged_usage_cost"] = meter.stop(with_usage["statuses"].get(200, 0))
+    results["unchanged_usage_per_s"] = round(with_usage["per_second"])
+    results["unchanged_usage_p50_ms"] = round(with_usage["p50_ms"], 1)
+    results["unchanged_usage_p95_ms"] = round(with_usage["p95_ms"], 1)
+    results["unchanged_usage_statuses"] = with_usage["statuses"]
+    results["unchanged_usage_bytes"] = len(dumps({"usage": snapshots[0][3]}))
+    changed_hosts = snapshots[: args.changed_hosts]
+    if changed_hosts:
+        print(f"changed reports ({len(changed_hosts)} hosts) …", file=sys.stderr)
+        changed_reports = _changed(changed_hosts)
+        transactions = _Transactions(db_url)
+        meter.start()
+        changed = asyncio.run(_storm(url, changed_reports, args.concurrency, 0.0, held))
+        current.update({n: (b, h, u) for n, b, h, u in changed_reports})
+        results["changed_cost"] = meter.stop(len(changed_hosts))
+        results["changed_server_transactions_per_report"] = transactions.per(len(changed_hosts))
+        results["changed_per_s"] = round(len(changed_hosts) / changed["all_acknowledged_s"])
+        results["changed_429"] = changed["429"]
+        results["changed_errors"] = changed["errors"]
+    print("statements per report (in-process) …", file=sys.stderr)
+    results["statements_per_report"] = _statements(db_url, shape)
+    if args.no_agent:
+        return
+    print("agent process …", file=sys.stderr)
+    results["agent_install"] = _install_of(args.agent_bin)
+    results.update(_agent_phase(url, shape, args.agent_bin))
+    print("uevent → API …", file=sys.stderr)
+    results.update(_uevent_phase(url, args.uevent_fixture, args.uevent_driver, args.uevent_repeats))
+
+
+def _power_cut_phase(args, shape, results, held, current, db_url, url, server) -> dict:
+    """Every known host's agent restarts after a power cut of ``--power-cut-minutes``,
+    against an exosuit-api restarted too: the time until every report is acknowledged
+    (each 200 only once committed), then every host read back through the API."""
+    reports, expected = _power_cut_reports(current)
+    cut_at = _rewind_reports(db_url, args.power_cut_minutes)
+    meter = CpuMeter(server.pid, args.db)
+    print(f"power cut ({len(reports)} hosts restart) …", file=sys.stderr)
+    transactions = _Transactions(db_url)
+    meter.start()
+    cut = asyncio.run(
+        _storm(url, reports, args.concurrency, args.power_cut_jitter, held, holds=True)
+    )
+    out: dict = {"power_cut_cost": meter.stop(len(reports))}
+    out["power_cut_server_transactions_per_report"] = transactions.per(len(reports))
+    out["power_cut_jitter_s"] = args.power_cut_jitter
+    out["power_cut_all_acknowledged_s"] = round(cut["all_acknowledged_s"], 1)
+    out["power_cut_requests"] = cut["requests"]
+    out["power_cut_statuses"] = cut["statuses"]
+    out["power_cut_429"] = cut["429"]
+    out["power_cut_5xx"] = cut["5xx"]
+    out["power_cut_p95_ms"] = round(percentile(cut["latencies"], 0.95) * 1000, 1)
+    print("power cut: reading every host back …", file=sys.stderr)
+    out["power_cut_visible"] = _power_cut_visible(url, expected, cut_at, sum(shape.values()))
+    return out
 
 
 def _agent_only(args: argparse.Namespace, shape: dict[str, int]) -> int:
@@ -663,11 +765,172 @@ def _changed(snapshots) -> list[tuple[str, bytes, str, dict]]:
     return out
 
 
+def _analyze(db_url: str) -> float | None:
+    """ANALYZE the database (PostgreSQL, SQLite), as autovacuum would within its naptime
+    once the storm grew the tables from nothing (this machine's PostgreSQL runs with
+    ``autovacuum = off``: without it the planner keeps the empty tables' statistics and
+    reads a changed host's rows by sequential scans); the seconds it took. None on
+    MariaDB, whose InnoDB recalculates its statistics itself."""
+    import sqlalchemy as sa
+
+    if db_url.startswith(("mysql", "mariadb")):
+        return None
+    engine = sa.create_engine(db_url, isolation_level="AUTOCOMMIT")
+    try:
+        started = time.monotonic()
+        with engine.connect() as conn:
+            conn.exec_driver_sql("ANALYZE")
+        return round(time.monotonic() - started, 1)
+    finally:
+        engine.dispose()
+
+
+def _server_transactions(db_url: str) -> int | None:
+    """Transactions the PostgreSQL server committed in the benchmark's database so far
+    (``pg_stat_database.xact_commit``: every client's, the API's autocommit reads
+    included; the statistics are flushed by each backend within a second of its
+    transaction, so read after a pause); None on other databases."""
+    import sqlalchemy as sa
+
+    if not db_url.startswith("postgresql"):
+        return None
+    time.sleep(1.5)
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            return int(
+                conn.exec_driver_sql(
+                    "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+                ).scalar()
+            )
+    finally:
+        engine.dispose()
+
+
+class _Transactions:
+    """The server's committed transactions per accepted report over a phase."""
+
+    def __init__(self, db_url: str) -> None:
+        self.db_url = db_url
+        self.before = _server_transactions(db_url)
+
+    def per(self, count: int) -> float | None:
+        after = _server_transactions(self.db_url)
+        if self.before is None or after is None or not count:
+            return None
+        return round((after - self.before) / count, 2)
+
+
+def _power_cut_reports(current: dict[str, tuple[bytes, str, dict]]) -> tuple[list, dict]:
+    """What each known host's restarted exosuit-agent sends after a power cut, and what
+    the API must then show. An agent restarted with its local cache (agent/cache.py)
+    sends only the hash when its discovery finds what the API acknowledged (with its
+    usage and the desired generation it holds), else the whole snapshot: half the hosts
+    unchanged; of the other half, every other one finds its first device unhealthy
+    (``health``), the rest no longer find their last device, which the agent keeps
+    reporting through its removal grace (``missing_since``: the API shows it missing).
+    Returns the reports (as ``_storm`` takes them) and ``expected``: hostname → (hash,
+    what changed: None, ``"unhealthy"`` or ``"missing"``)."""
+    reports, expected = [], {}
+    for i, name in enumerate(sorted(current)):
+        body, digest, usage = current[name]
+        if i % 2 == 0:
+            hash_only = {"schema_version": 1, "hash": digest, "hostname": name, "usage": usage}
+            reports.append((name, dumps(hash_only), digest, usage))
+            expected[name] = (digest, None)
+            continue
+        snapshot = json.loads(body)
+        if i % 4 == 1:
+            snapshot["devices"][0]["health"] = {"state": "unhealthy", "reason": "bench: power cut"}
+            change = "unhealthy"
+        else:
+            snapshot["devices"][-1]["missing_since"] = "2026-11-29T00:00:00Z"
+            change = "missing"
+        snapshot["usage"] = usage
+        snapshot["hash"] = snapshot_hash(
+            snapshot["devices"], snapshot["driver_errors"], snapshot.get("drivers")
+        )
+        reports.append((name, dumps(snapshot), snapshot["hash"], usage))
+        expected[name] = (snapshot["hash"], change)
+    return reports, expected
+
+
+def _pages(url: str, path: str, key: str) -> list[dict]:
+    """Every item of a paginated list of the API (its ``next`` links), at microversion
+    2.9 (hosts' and devices' fields of then: presence, health)."""
+    out, query = [], f"{url}{path}?limit=1000"
+    while query:
+        request = urllib.request.Request(
+            query, headers={"OpenStack-API-Version": "accelerator 2.9"}
+        )
+        with urllib.request.urlopen(request, timeout=120) as r:
+            body = json.load(r)
+        out.extend(body[key])
+        query = body.get("next")
+    return out
+
+
+def _power_cut_visible(url: str, expected: dict, cut_at: str, per_host: int) -> dict:
+    """Whether the API shows every host as its agent reported it after the power cut,
+    read through the API (all hosts, all devices): each host's snapshot hash, a report
+    time after the cut (an unchanged host's report moved it), its devices, and each
+    change (the first device unhealthy, the last one missing)."""
+    hosts = {h["hostname"]: h for h in _pages(url, "/v2/hosts", "hosts")}
+    devices: dict[str, list[dict]] = {}
+    for device in _pages(url, "/v2/devices", "devices"):
+        devices.setdefault(device["hostname"], []).append(device)
+    wrong_hash = stale = wrong_devices = changes_missing = 0
+    for name, (digest, change) in expected.items():
+        host = hosts.get(name)
+        if host is None or host["snapshot_hash"] != digest:
+            wrong_hash += 1
+        elif host["last_report_at"] is None or host["last_report_at"] < cut_at:
+            stale += 1
+        found = devices.get(name, [])
+        if len(found) != per_host:
+            wrong_devices += 1
+        unhealthy = sum(d["health"]["state"] == "unhealthy" for d in found)
+        missing = sum(d["presence"] == "missing" for d in found)
+        if (unhealthy, missing) != (int(change == "unhealthy"), int(change == "missing")):
+            changes_missing += 1
+    return {
+        "hosts_checked": len(expected),
+        "hash_not_visible": wrong_hash,
+        "report_time_not_moved": stale,
+        "devices_wrong": wrong_devices,
+        "change_not_visible": changes_missing,
+        "all_consistent": not (wrong_hash or stale or wrong_devices or changes_missing),
+    }
+
+
+def _rewind_reports(db_url: str, minutes: int) -> str:
+    """Every host's last report ``minutes`` ago (how long the power was off, so that an
+    unchanged report writes its report time, as after a real outage); returns the API's
+    form of the time from which a report counts as after the cut (UTC)."""
+    import datetime
+
+    import sqlalchemy as sa
+
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text("UPDATE hosts SET last_report_at = :old, usage_at = :old"),
+                {"old": now - datetime.timedelta(minutes=minutes)},
+            )
+    finally:
+        engine.dispose()
+    return now.strftime("%Y-%m-%dT%H:%M:%S")
+
+
 def _statements(db_url: str, shape: dict[str, int], hosts: int = 20) -> dict:
     """SQL statements and commits per accepted report of each kind, counted in-process
     (the application ``exosuit-api`` serves, called directly, on the same database):
     ``hosts`` new hosts, their changed snapshots, then hash-only reports without and
     with usage."""
+    import datetime
+
     import sqlalchemy as sa
     import webob
 
@@ -744,6 +1007,20 @@ def _statements(db_url: str, shape: dict[str, int], hosts: int = 20) -> dict:
             ]
             figures[kind] = measure(bodies, holds)
         figures["unchanged_without_header"] = measure(bodies, None)
+        # The power cut's reports, each host's first after the cut (its report time
+        # long past) to a process that has not seen it (the cache cold).
+        current = {n: (b, changed_hashes[n], u) for n, b, _, u in _changed(sample)}
+        reports, _ = _power_cut_reports(current)
+        for kind, parity in (("power_cut_unchanged", 0), ("power_cut_changed", 1)):
+            with database.engine.begin() as conn:
+                conn.execute(
+                    sa.text("UPDATE hosts SET last_report_at = :old"),
+                    {"old": datetime.datetime(2000, 1, 1)},
+                )
+            chosen = [(n, b) for i, (n, b, _, _) in enumerate(reports) if i % 2 == parity]
+            for name, _ in chosen:
+                app.application.host_reports.forget(name)
+            figures[kind] = measure(chosen, holds)
     finally:
         for engine in engines:
             sa.event.remove(engine, "before_cursor_execute", _statement)

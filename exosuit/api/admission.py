@@ -58,10 +58,23 @@ class Admission:
         """Hold one slot for the block (released however it ends); 429 with
         ``Retry-After`` when none came free within ``wait`` seconds."""
         if not self._slots.acquire(timeout=self.wait):
-            raise wsgi.ApiError(
-                429, self.message, self.code, headers=[("Retry-After", retry_after(self.rng))]
-            )
+            raise self.refusal()
         try:
             yield
         finally:
             self._slots.release()
+
+    def try_acquire(self) -> bool:
+        """Take a slot if one is free now (``release`` it); whether one was taken. For
+        a caller that waits its own way (exosuit/db/group_commit.py)."""
+        return self._slots.acquire(blocking=False)
+
+    def release(self) -> None:
+        """Free a slot ``try_acquire`` took."""
+        self._slots.release()
+
+    def refusal(self) -> wsgi.ApiError:
+        """The 429 of a request that found no slot in time, with its Retry-After."""
+        return wsgi.ApiError(
+            429, self.message, self.code, headers=[("Retry-After", retry_after(self.rng))]
+        )

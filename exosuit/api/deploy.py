@@ -42,6 +42,7 @@ from exosuit.conf import ApiSettings
 from exosuit.context import RequestContext
 from exosuit.db import audit, changes
 from exosuit.db.api import Database
+from exosuit.db.group_commit import GroupCommit
 from exosuit.db.inventory import HostReport
 from exosuit.metrics import RequestLatency
 
@@ -139,6 +140,8 @@ class Application:
             message="The API is applying other hosts' inventories; retry later.",
             code="exosuit.inventory.busy",
         )
+        # Snapshots and report times written, several hosts' in one transaction.
+        self.inventory_writes = GroupCommit(db, self.inventory_admission)
 
     def authorize(self, req: wsgi.Caller, rule: str, target: dict[str, Any] | None = None) -> None:
         """Raise 403 unless the caller may do ``rule`` on ``target``."""

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from exosuit.api.report_cache import ReportCache
     from exosuit.api.response_cache import ResponseCache
     from exosuit.db.api import Database
+    from exosuit.db.group_commit import GroupCommit
     from exosuit.db.inventory import HostReport
     from exosuit.metrics import RequestLatency
 
@@ -144,6 +145,8 @@ class App(Protocol):
     def host_reports(self) -> ReportCache[HostReport]: ...
     @property
     def inventory_admission(self) -> Slots: ...
+    @property
+    def inventory_writes(self) -> GroupCommit: ...
     @property
     def latency(self) -> RequestLatency: ...
     @property

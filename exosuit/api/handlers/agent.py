@@ -61,7 +61,9 @@ def put_inventory(req: wsgi.Request) -> wsgi.Response:
     kept: db.HostReport | None = None
     if known is not None and known.snapshot_hash == body["hash"]:
         changed, (wrote, kept) = False, _touch(req, known, hostname, body)
-        held = not wrote and _holds(req.environ, known)
+        # A write of the report time alone leaves the desired state as it was.
+        only_time = kept is not None and kept.observed_generation == known.observed_generation
+        held = (not wrote or only_time) and _holds(req.environ, known)
     else:
         changed, held, wrote = _apply(req, hostname, body, new=known is None), False, True
     if kept is not None and known is not None:  # only the report time (and generation) moved
@@ -287,13 +289,14 @@ def _touch(
         extras.pop("usage", None)
     wsgi.validate(extras, _extras_schema())
     before = models.utcnow()
-    timed = req.app.db.write(
-        db.touch_host,
+    usage = extras.get("usage")
+    observe = observed if moved else None
+    timed = req.app.inventory_writes.run(
         hostname,
-        body["hash"],
-        resolution,
-        usage=extras.get("usage"),
-        observed_generation=observed if moved else None,
+        lambda conn: db.touch_host(
+            conn, hostname, body["hash"], resolution, usage=usage, observed_generation=observe
+        ),
+        refuse=False,
     )
     if not timed:
         return True, None
@@ -312,12 +315,18 @@ def _apply(req: wsgi.Request, hostname: str, body: dict[str, Any], *, new: bool)
             f"{hostname}: send the whole snapshot.",
             "exosuit.inventory.unknown",
         )
-    # The costly part (validation, hashing, the write) waits for a slot.
-    with req.app.inventory_admission.slot():
-        _verify(body)
-        return req.app.db.write(
-            db.apply_snapshot, hostname, body, new_devices=_new_devices(req), expect_new=new
-        ).changed
+    # The costly part (validation, hashing, the write) waits for its turn in this
+    # process's group commit (exosuit/db/group_commit.py), which applies it with the
+    # other hosts' snapshots waiting then, and answers once they are committed.
+    new_devices = _new_devices(req)
+    result = req.app.inventory_writes.run(
+        hostname,
+        lambda conn: db.apply_snapshot(
+            conn, hostname, body, new_devices=new_devices, expect_new=new
+        ),
+        prepare=lambda: _verify(body),
+    )
+    return result.changed
 
 
 def _new_devices(req: wsgi.Request) -> db.NewDevices:
