@@ -171,6 +171,14 @@ class DeviceProfileInUse(Conflict):
     code = "exosuit.device_profile.in_use"
 
 
+class DeviceProfileInUseMeanwhile(Conflict):
+    msg_fmt = (
+        "Device profile %(name)s is used by an accelerator request made while it was being "
+        "deleted; delete that first."
+    )
+    code = "exosuit.device_profile.in_use"
+
+
 class ARQBadState(Conflict):
     msg_fmt = (
         "Accelerator request %(uuid)s is in state %(state)s; "

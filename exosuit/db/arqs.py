@@ -601,7 +601,10 @@ def create(
             )
     if not values:
         raise exceptions.Invalid(reason=f"device profile {profile_name} requests no resources")
-    conn.execute(_Q_INSERT, values)
+    try:
+        conn.execute(_Q_INSERT, values)
+    except sa.exc.IntegrityError as error:  # the profile was deleted since it was read
+        raise exceptions.DeviceProfileNotFound(ident=profile_name) from error
     after = {"state": INITIAL, "device_profile_name": row.name}
     audit.record_many(conn, "create", "arq", [audit.Change(v["uuid"], None, after) for v in values])
     return [_created(value, row.name) for value in values]

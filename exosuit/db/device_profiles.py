@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import uuid as uuidlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
@@ -148,8 +149,20 @@ def _delete(conn: Connection, rows: Sequence[sa.Row[*tuple[Any, ...]]]) -> None:
         names = {row.id: row.name for row in rows}
         profile_id, count = in_use[0]
         raise exceptions.DeviceProfileInUse(name=names[profile_id], count=count)
-    conn.execute(_Q_DELETE, {"p_ids": ids})
+    with _in_use_meanwhile(", ".join(row.name for row in rows)):
+        conn.execute(_Q_DELETE, {"p_ids": ids})
     _record_deletes(conn, rows)
+
+
+@contextlib.contextmanager
+def _in_use_meanwhile(names: str) -> Iterator[None]:
+    """A delete that an ARQ made meanwhile refuses (its insert was not committed when the
+    delete looked; the foreign key refuses the delete once it is): the same 409 as a
+    profile found in use, not the database's error."""
+    try:
+        yield
+    except sa.exc.IntegrityError as error:
+        raise exceptions.DeviceProfileInUseMeanwhile(name=names) from error
 
 
 def _record_deletes(conn: Connection, rows: Sequence[sa.Row[*tuple[Any, ...]]]) -> None:
@@ -169,7 +182,8 @@ def delete_by_uuid(conn: Connection, uuid: str) -> None:
             raise exceptions.DeviceProfileNotFound(ident=uuid)
         _delete(conn, rows)
         return
-    deleted = conn.execute(_Q_DELETE_UNUSED_BY_UUID, {"p_value": uuid}).all()
+    with _in_use_meanwhile(uuid):
+        deleted = conn.execute(_Q_DELETE_UNUSED_BY_UUID, {"p_value": uuid}).all()
     if not deleted:
         rows = conn.execute(_Q_ROWS_BY_UUID, {"p_value": uuid}).all()
         if not rows:

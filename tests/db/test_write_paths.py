@@ -125,3 +125,77 @@ def test_device_changed_after_the_handle_was_taken_fails_the_bind(database, rp_u
     assert arq["state"] == "BindFailed" and arq["reason"] == result.error
     assert arq["attach_handle_id"] is None and arq["hostname"] == HOST
     assert _held(database) == 0
+
+
+# A profile deleted while an ARQ is made from it. SQLite has one writer at a time, so the
+# two cannot overlap there; PostgreSQL and MariaDB let the second wait on the first's row
+# lock and then meet the foreign key: each side answers with its domain error, never the
+# database's (which was a 500).
+
+
+def _lock_waits(database) -> int:
+    if database.engine.dialect.name == "postgresql":
+        query = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+    else:
+        query = "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
+    # A connection of its own: the pool's may all be taken by the two transactions.
+    engine = sa.create_engine(database.engine.url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(sa.text(query)).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def _run_blocked(database, first, second):
+    """Run ``first`` in a transaction left open, then ``second`` (database.write) in a
+    thread until it waits on a lock, then commit the first; the second's outcome."""
+    import concurrent.futures
+    import time
+
+    if database.engine.dialect.name == "sqlite":
+        pytest.skip("SQLite has one writer at a time: the two transactions cannot overlap")
+    with database.engine.connect() as conn:
+        transaction = conn.begin()
+        first(conn)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            future = pool.submit(second)
+            deadline = time.monotonic() + 60
+            while _lock_waits(database) == 0 and not future.done():
+                assert time.monotonic() < deadline, "the second transaction never waited"
+                time.sleep(0.05)
+            transaction.commit()
+            return future.exception(timeout=120)
+
+
+def test_a_profile_deleted_while_an_arq_is_made_from_it(database):
+    profile = database.write(profiles.create, name="p-race-1", groups=GROUPS)
+    error = _run_blocked(
+        database,
+        lambda conn: arqs.create(
+            conn, profile_name="p-race-1", project_id=None, handles_per_unit={}
+        ),
+        lambda: database.write(profiles.delete_by_uuid, profile["uuid"]),
+    )
+    assert isinstance(error, exceptions.DeviceProfileInUse | exceptions.DeviceProfileInUseMeanwhile)
+    assert database.read(profiles.get, profile["uuid"])["name"] == "p-race-1"
+
+
+def test_an_arq_made_while_its_profile_is_deleted(database):
+    profile = database.write(profiles.create, name="p-race-2", groups=GROUPS)
+    error = _run_blocked(
+        database,
+        lambda conn: profiles.delete_by_uuid(conn, profile["uuid"]),
+        lambda: database.write(
+            arqs.create, profile_name="p-race-2", project_id=None, handles_per_unit={}
+        ),
+    )
+    assert isinstance(error, exceptions.DeviceProfileNotFound), error
+    assert (
+        database.read(
+            lambda conn: conn.execute(
+                sa.select(sa.func.count()).select_from(models.accelerator_requests)
+            ).scalar_one()
+        )
+        == 0
+    )
