@@ -74,8 +74,10 @@ OPTIONS: list[cfg.Opt] = [
         "inventory_concurrency",
         default=2,
         min=1,
-        help="Inventory snapshots one API process applies at the same time; further "
-        "changed snapshots wait for their turn (up to inventory_wait), then get 429 with "
+        help="Inventory transactions one API process runs at the same time; each applies "
+        "the changed snapshots and report times queued in the process meanwhile, up to 32, "
+        "together (group commit: each in a savepoint of its own, each answered after the "
+        "commit). A write that no transaction takes within inventory_wait gets 429 with "
         "Retry-After (agents retry), so a boot storm is absorbed instead of piling up on "
         "the database. Unchanged reports never wait.",
     ),
