@@ -25,6 +25,7 @@
     ├── Conflict
     │   ├── DeviceProfileExists
     │   ├── DeviceProfileInUse
+    │   ├── DeviceProfileInUseMeanwhile
     │   ├── ARQBadState
     │   ├── InstanceAlreadyBound
     │   ├── BindFailed
