@@ -33,19 +33,17 @@ CHANGES = Counter(
 
 
 def put_inventory(req: wsgi.Request) -> wsgi.Response:
-    """200 ``{"hostname", "hash", "changed", "desired_state"}`` (``desired_state`` as
-    ``GET …/desired_state`` answers it).
+    """200 ``{"hostname", "hash", "changed", "desired_state"}`` (as ``GET …/desired_state``).
 
-    The snapshot is complete (every device of the host); its difference from
-    the database is applied in one transaction. When its hash equals the last
-    one applied, the body is not even validated and nothing is written but, at
-    most once per ``[api] report_age_resolution`` seconds, the host's last report
-    time. A body with only ``schema_version`` and ``hash`` asks whether the API has
-    that snapshot: 200 if so, 412 if not (send it whole). A snapshot that breaks
-    the schema (or whose hash does not match its content) gets a 400 and nothing
-    is written. While ``[api] inventory_concurrency`` snapshots are being applied
-    by this process, another changed one waits up to ``[api] inventory_wait``
-    seconds for its turn, then gets 429 + Retry-After.
+    The snapshot is complete; its difference from the database is applied in one
+    transaction. When its hash equals the last one applied, the body is not even
+    validated and nothing is written but, at most once per ``[api]
+    report_age_resolution`` seconds, the report time. A body with only
+    ``schema_version`` and ``hash`` asks whether the API has that snapshot: 200 if so,
+    412 if not (send it whole). A snapshot that breaks the schema (or whose hash does
+    not match its content) gets a 400, nothing written. A changed one waits up to
+    ``[api] inventory_wait`` s for one of ``[api] inventory_concurrency`` transactions
+    to apply it (group commit), else 429.
 
     An unchanged report that wrote nothing, sent with the header
     ``Exosuit-Desired-Generation`` naming the host's current desired-state generation
